@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from build_kernel.cli import main
+
+main()

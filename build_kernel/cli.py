@@ -1,0 +1,267 @@
+"""Thin click CLI: each command makes one call into its stage module and prints the result.
+
+`main()` catches only BuildKernelError: one line (or one line per recipe problem), and
+the error kind's exit code. `--debug` shows the traceback as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from build_kernel import __version__, log, recipe, toolchain
+from build_kernel.errors import BuildKernelError
+from build_kernel.plan import Plan, resolve
+from build_kernel.resources import probe
+
+
+@dataclass
+class Options:
+    recipe: str | None
+    arch: str | None
+    jobs: int | None
+    cache_dir: Path | None
+    json: bool
+    debug: bool
+
+    def plan(self, name: str | None = None) -> Plan:
+        chosen = name or self.recipe
+        if not chosen:
+            raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
+        return resolve(recipe.load(chosen), arch=self.arch, jobs=self.jobs, cache_dir=self.cache_dir)
+
+
+def emit(opts: Options, data: Any, human: Any) -> None:
+    """JSON on stdout for scripts, or the human rendering."""
+    if opts.json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif isinstance(human, str):
+        click.echo(human)
+    else:
+        log.console.file = sys.stdout
+        try:
+            log.console.print(human)
+        finally:
+            log.console.file = sys.stderr
+
+
+recipe_option = click.option("--recipe", "-r", "recipe_name", metavar="NAME", help="Recipe name or path.")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--recipe", "-r", metavar="NAME|PATH", help="Recipe to run (name in recipes/ or a .toml path).")
+@click.option("--arch", metavar="LIST", help="Arch list, e.g. 12.0a (overrides ARCH and the recipe).")
+@click.option("--jobs", "-j", type=int, help="Compile jobs (overrides MAX_JOBS and the recipe).")
+@click.option("--cache-dir", type=click.Path(path_type=Path), help="Cache folder (default: $BUILD_KERNEL_CACHE_DIR or ~/.cache/build-kernel).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(__version__)
+@click.pass_context
+def cli(ctx: click.Context, recipe: str | None, arch: str | None, jobs: int | None, cache_dir: Path | None,
+        as_json: bool, debug: bool) -> None:
+    """Build GPU kernel libraries from pinned, patched source.
+
+    `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
+    """
+    ctx.obj = Options(recipe, arch, jobs, cache_dir, as_json, debug)
+    if ctx.invoked_subcommand is None:
+        if not recipe:
+            click.echo(ctx.get_help())
+            return
+        from build_kernel import pipeline
+
+        result = pipeline.run(ctx.obj.plan())
+        emit(ctx.obj, result, pipeline.render(result))
+
+
+@cli.group("recipes")
+def recipes_group() -> None:
+    """List and show recipes."""
+
+
+@recipes_group.command("list")
+@click.pass_obj
+def recipes_list(opts: Options) -> None:
+    """The recipes in recipes/."""
+    rows = []
+    for name in recipe.list_recipes():
+        try:
+            r = recipe.load(name)
+            rows.append({"name": name, "description": r.description, "archs": [a.torch for a in r.build.arch],
+                         "commit": r.source.commit, "ok": True})
+        except BuildKernelError as exc:
+            rows.append({"name": name, "description": f"INVALID: {exc.render().splitlines()[0]}", "archs": [],
+                         "commit": "", "ok": False})
+    table = Table("recipe", "archs", "commit", "description")
+    for row in rows:
+        table.add_row(row["name"], " ".join(row["archs"]), row["commit"][:12], row["description"])
+    emit(opts, rows, table)
+
+
+@recipes_group.command("show")
+@click.argument("name")
+@click.pass_obj
+def recipes_show(opts: Options, name: str) -> None:
+    """A recipe with inheritance resolved."""
+    r = recipe.load(name)
+    data = {"name": r.name, "path": str(r.path), "digest": r.digest, "recipe": r.raw}
+    emit(opts, data, json.dumps(data, indent=2, default=str))
+
+
+@cli.command("plan")
+@recipe_option
+@click.pass_obj
+def plan_cmd(opts: Options, recipe_name: str | None) -> None:
+    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
+    p = opts.plan(recipe_name)
+    data = p.to_dict()
+    table = Table("key", "value", show_header=False)
+    table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
+    table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
+    for patch in p.series.patches:
+        table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
+    table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
+    table.add_row("jobs", p.jobs.derivation)
+    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
+        table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
+    table.add_row("cache", str(p.cache_dir))
+    emit(opts, data, table)
+
+
+@cli.command("doctor")
+@recipe_option
+@click.pass_obj
+def doctor_cmd(opts: Options, recipe_name: str | None) -> None:
+    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits."""
+    facts = toolchain.detect()
+    res = probe()
+    data: dict[str, Any] = {"tools": facts.to_dict(), "resources": {
+        "cpus": res.cpus, "cpus_why": res.cpus_why, "memory_gb": round(res.memory_gb, 2), "memory_why": res.memory_why}}
+    name = recipe_name or opts.recipe
+    if name:
+        p = opts.plan(name)
+        data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
+                                               want_cuda=p.recipe.toolchain.cuda)
+    table = Table("tool", "found", show_header=False)
+    table.add_row("python", f"{facts.python_version} ({facts.python})")
+    table.add_row("git", facts.git or "MISSING")
+    table.add_row("cmake", f"{facts.cmake_version} ({facts.cmake})" if facts.cmake else "MISSING")
+    table.add_row("ninja", f"{facts.ninja_version} ({facts.ninja})" if facts.ninja else "MISSING")
+    table.add_row("g++", f"{facts.gcc_version} ({facts.gcc})" if facts.gcc else "MISSING")
+    table.add_row("nvcc", f"CUDA {facts.nvcc_version} ({facts.nvcc}, root {facts.cuda_home})" if facts.nvcc else "MISSING")
+    table.add_row("nvcc archs", " ".join(f"sm_{a}" for a in facts.nvcc_archs) or "-")
+    table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
+    table.add_row("cpus", f"{res.cpus} ({res.cpus_why})")
+    table.add_row("memory", f"{res.memory_gb:.1f} GB ({res.memory_why})")
+    for problem in data.get("problems", []):
+        table.add_row("[red]problem[/]", problem)
+    emit(opts, data, table)
+    if data.get("problems"):
+        sys.exit(3)
+
+
+offline_option = click.option("--offline", is_flag=True, help="Use only what is cached; never touch the network.")
+
+
+@cli.command("fetch")
+@recipe_option
+@offline_option
+@click.pass_obj
+def fetch_cmd(opts: Options, recipe_name: str | None, offline: bool) -> None:
+    """Fetch the pinned source and apply the patch series (cached by commit + series)."""
+    from build_kernel import workspace
+
+    p = opts.plan(recipe_name)
+    with log.step(f"fetch + patch {p.recipe.source.commit[:12]}"):
+        tree = workspace.prepare(p, offline=offline)
+    data = {"tree": str(tree.root), "project": str(tree.project), "commit": tree.commit, "cached": tree.cached,
+            "patches": [s.to_dict() for s in tree.patches], "defines": tree.fetchcontent_defines()}
+    emit(opts, data, f"{tree.project}  ({'cached' if tree.cached else 'new'}, {len(tree.patches)} patches)")
+
+
+@cli.group("patch")
+def patch_group() -> None:
+    """Check, lock and refresh patch series."""
+
+
+@patch_group.command("check")
+@recipe_option
+@click.option("--commit", metavar="SHA", help="Check against this upstream commit instead of the pin.")
+@offline_option
+@click.pass_obj
+def patch_check_cmd(opts: Options, recipe_name: str | None, commit: str | None, offline: bool) -> None:
+    """One row per patch: applies / applies with offset / already upstream / conflicts."""
+    from build_kernel import patch_check
+
+    p = opts.plan(recipe_name)
+    statuses = patch_check.check(p, commit=commit, offline=offline)
+    table = Table("patch", "state", "detail")
+    for s in statuses:
+        colour = {"applies": "green", "applies with offset": "yellow"}.get(s.state, "red")
+        table.add_row(s.name, f"[{colour}]{s.state}[/]", "; ".join(s.offsets) or s.detail)
+    emit(opts, [s.to_dict() for s in statuses], table)
+    if any(s.state in ("conflicts", "already upstream") for s in statuses):
+        sys.exit(5)
+
+
+@patch_group.command("lock")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.pass_obj
+def patch_lock_cmd(opts: Options, directory: Path) -> None:
+    """Record the sha256 of every patch in DIRECTORY (after reviewing them)."""
+    from build_kernel.series import write_lock
+
+    lock = write_lock(directory)
+    emit(opts, {"lock": str(lock)}, f"wrote {lock}")
+
+
+@patch_group.command("worktree")
+@recipe_option
+@click.argument("dest", type=click.Path(path_type=Path))
+@offline_option
+@click.pass_obj
+def patch_worktree_cmd(opts: Options, recipe_name: str | None, dest: Path, offline: bool) -> None:
+    """A checkout at DEST with one commit per patch, to edit and then `patch refresh`."""
+    from build_kernel import patch_check
+
+    p = opts.plan(recipe_name)
+    patch_check.dev_worktree(p, dest, offline=offline)
+    emit(opts, {"worktree": str(dest)}, f"{dest}: one commit per patch; edit, commit (amend/fixup), then `build-kernel patch refresh`")
+
+
+@patch_group.command("refresh")
+@recipe_option
+@click.argument("worktree", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.pass_obj
+def patch_refresh_cmd(opts: Options, recipe_name: str | None, worktree: Path) -> None:
+    """Regenerate the series' patch files from WORKTREE's commits (headers kept, lock updated)."""
+    from build_kernel import patch_check
+
+    p = opts.plan(recipe_name)
+    changed = patch_check.refresh(p, worktree)
+    emit(opts, {"changed": changed}, f"refreshed {len(changed)} patch(es): {', '.join(changed) or 'none changed'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = "--debug" in (argv if argv is not None else sys.argv)
+    try:
+        cli.main(args=argv, prog_name="build-kernel", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BuildKernelError as exc:
+        if debug:
+            raise
+        for line in exc.render().splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,79 @@
+"""One root error type; each kind carries its own exit code (after cibuildwheel's errors.py).
+
+`cli.main` catches only `BuildKernelError`, prints its one-line message and exits with
+`exit_code`; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class BuildKernelError(Exception):
+    """Root of every error the tool reports to the user as a message, not a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class RecipeError(BuildKernelError):
+    """A recipe file is malformed, incomplete or inconsistent."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class ToolchainError(BuildKernelError):
+    """A compiler, CMake, ninja or torch is missing or does not fit the recipe."""
+
+    exit_code = 3
+
+
+class FetchError(BuildKernelError):
+    """The pinned source could not be fetched or checked out."""
+
+    exit_code = 4
+
+
+class PatchError(BuildKernelError):
+    """A patch series is tampered with, does not fit, or does not apply."""
+
+    exit_code = 5
+
+
+class BuildError(BuildKernelError):
+    """The wheel build failed."""
+
+    exit_code = 6
+
+
+class VerifyError(BuildKernelError):
+    """A built wheel lacks an arch, a kernel or an op, or does not import."""
+
+    exit_code = 7
+
+
+class PublishError(BuildKernelError):
+    """Upload to an index or the install-back check failed."""
+
+    exit_code = 8
+
+
+class ServeError(BuildKernelError):
+    """The serve profile is invalid or the server did not come up healthy."""
+
+    exit_code = 9
+
+
+class NotBuiltYet(BuildKernelError):
+    """A pipeline stage that this version of the tool does not provide yet."""
+
+    exit_code = 10

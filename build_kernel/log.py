@@ -1,0 +1,35 @@
+"""A step-aware logger: each stage opens and closes with its duration and a mark.
+
+Messages go to stderr so `--json` output on stdout stays clean for scripts. rich
+handles colour (only on a TTY) and honours NO_COLOR.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+
+console = Console(stderr=True, highlight=False)
+
+
+def info(message: str) -> None:
+    console.print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    console.print(f"[yellow]warning:[/] {message}", markup=True)
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    start = time.monotonic()
+    console.print(f"[bold]▶ {name}[/]")
+    try:
+        yield
+    except BaseException:
+        console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)")
+        raise
+    console.print(f"[green]✓ {name}[/] ({time.monotonic() - start:.1f} s)")

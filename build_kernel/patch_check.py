@@ -1,0 +1,94 @@
+"""Patch-series maintenance: check a series against any upstream commit, and the
+edit loop (`patch worktree` -> edit -> commit -> `patch refresh`)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import git
+
+from build_kernel import fetch, patches
+from build_kernel.errors import PatchError
+from build_kernel.plan import Plan
+from build_kernel.series import write_lock
+
+_IDENTITY = {"GIT_AUTHOR_NAME": "build-kernel", "GIT_AUTHOR_EMAIL": "patches@build-kernel.invalid",
+             "GIT_COMMITTER_NAME": "build-kernel", "GIT_COMMITTER_EMAIL": "patches@build-kernel.invalid"}
+
+
+def _checkout(plan: Plan, commit: str | None, dest: Path, offline: bool) -> str:
+    r = plan.recipe
+    url = fetch.resolve_url(r.source.repo, plan.cache_dir, r.root)
+    mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
+                                      allow_floating=r.source.allow_floating or commit is not None)
+    fetch.checkout(mirror, sha, dest)
+    return sha
+
+
+def check(plan: Plan, *, commit: str | None = None, offline: bool = False) -> list[patches.PatchStatus]:
+    """The state of each patch against `commit` (default: the recipe's pin)."""
+    with tempfile.TemporaryDirectory(prefix="bk-check-") as tmp:
+        tree = Path(tmp) / "tree"
+        _checkout(plan, commit, tree, offline)
+        return patches.check_series(tree, plan.series, plan.recipe.source.subdir)
+
+
+def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
+    """Checkout with one commit per patch, message = patch file name."""
+    if dest.exists():
+        raise PatchError(f"{dest} already exists", hint="choose a new folder or delete it")
+    try:
+        _checkout(plan, None, dest, offline)
+        repo = git.Repo(dest)
+        repo.git.checkout("--quiet", "-b", "series")
+        subdir = plan.recipe.source.subdir
+        for patch in plan.series.patches:
+            args = ["git", "-C", str(dest), "apply", "-p1", *( [f"--directory={subdir}"] if subdir else []), str(patch.path)]
+            proc = subprocess.run(args, capture_output=True, text=True, check=False)
+            if proc.returncode:
+                raise PatchError(f"{patch.name} does not apply: {proc.stderr.strip().splitlines()[-1]}",
+                                 hint="run `build-kernel patch check` first")
+            repo.git.add("--all")
+            with repo.git.custom_environment(**_IDENTITY):
+                repo.git.commit("--quiet", "--no-gpg-sign", "-m", patch.name)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+
+
+def refresh(plan: Plan, worktree: Path) -> list[str]:
+    """Rewrite each patch's diff from the worktree's commits; keep its header; relock."""
+    repo = git.Repo(worktree)
+    base = plan.recipe.source.commit
+    commits = list(reversed(list(repo.iter_commits(f"{base}..HEAD"))))
+    series = plan.series
+    if len(commits) != len(series.patches):
+        raise PatchError(
+            f"{worktree} has {len(commits)} commit(s) on top of {base[:12]}, the series has {len(series.patches)} patches",
+            hint="keep exactly one commit per patch (squash fixups into their patch's commit)",
+        )
+    subdir = plan.recipe.source.subdir
+    changed = []
+    parent = base
+    new_texts = {}
+    for commit, patch in zip(commits, series.patches):
+        rel = ["--relative=" + subdir] if subdir else []
+        diff = repo.git.diff("-U3", "--no-color", "--no-ext-diff", *rel, parent, commit.hexsha) + "\n"
+        text = patch.path.read_text()
+        start = text.find("diff --git ")
+        if start < 0:
+            start = text.find("--- a/")
+        header = text[:start] if start >= 0 else text
+        new_texts[patch] = header + diff
+        parent = commit.hexsha
+    for patch, text in new_texts.items():
+        if text != patch.path.read_text():
+            tmp = patch.path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(patch.path)
+            changed.append(patch.name)
+    write_lock(series.directory)
+    return changed

@@ -1,0 +1,141 @@
+"""Resolve a recipe into the one plan every stage reads.
+
+Precedence, lowest first (after cibuildwheel's OptionsReader): built-in default <
+recipe < environment (`ARCH`, `MAX_JOBS`, `BUILD_KERNEL_CACHE_DIR`) < command line.
+Stage code never reads os.environ itself: it gets this plan.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
+from build_kernel.errors import RecipeError
+from build_kernel.recipe import Recipe, check_fp4
+from build_kernel.resources import JobPlan, Resources, plan_jobs, probe
+from build_kernel.series import Series, load_series
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
+    return Path(base) / "build-kernel"
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: Recipe
+    archs: tuple[Arch, ...]
+    arch_source: str
+    jobs: JobPlan
+    series: Series
+    cache_dir: Path
+    output_dir: Path
+    resources: Resources
+
+    @property
+    def arch_list(self) -> str:
+        return torch_arch_list(self.archs)
+
+    def build_env(self) -> dict[str, str]:
+        """Environment the build stage adds (recipe env last: it may override)."""
+        return {
+            "TORCH_CUDA_ARCH_LIST": self.arch_list,
+            "MAX_JOBS": str(self.jobs.jobs),
+            "CMAKE_BUILD_PARALLEL_LEVEL": str(self.jobs.jobs),
+            **self.recipe.build.env,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.recipe
+        return {
+            "recipe": {"name": r.name, "path": str(r.path), "digest": r.digest, "extends": r.extends or None},
+            "source": {"repo": r.source.repo, "commit": r.source.commit, "ref": r.source.ref, "subdir": r.source.subdir},
+            "patches": {
+                "series": r.patches.series,
+                "version": r.patches.version,
+                "directory": str(self.series.directory),
+                "digest": self.series.digest,
+                "applies_to_commits": list(self.series.applies_to_commits),
+                "patches": [
+                    {"name": p.name, "sha256": p.sha256, "description": p.description} for p in self.series.patches
+                ],
+            },
+            "toolchain": dict(vars(r.toolchain)),
+            "archs": {"list": [a.torch for a in self.archs], "sm": [a.sm for a in self.archs],
+                      "TORCH_CUDA_ARCH_LIST": self.arch_list, "source": self.arch_source, "fp4": r.build.fp4},
+            "jobs": self.jobs.to_dict(),
+            "nvcc_threads": r.build.nvcc_threads,
+            "defines": dict(r.build.defines),
+            "env": self.build_env(),
+            "deps": [dict(vars(d)) for d in r.deps],
+            "verify": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(r.verify).items()},
+            "serve": {"model": r.serve.model, "args": list(r.serve.args), "host": r.serve.host, "port": r.serve.port},
+            "publish": {"target": r.publish.target, "targets": dict(r.publish.targets)},
+            "cache_dir": str(self.cache_dir),
+            "output_dir": str(self.output_dir),
+            "resources": {"cpus": self.resources.cpus, "cpus_why": self.resources.cpus_why,
+                          "memory_gb": round(self.resources.memory_gb, 2), "memory_why": self.resources.memory_why},
+        }
+
+
+def _pick(cli: Any, env: Mapping[str, str], env_key: str, recipe_value: Any) -> tuple[Any, str]:
+    if cli is not None:
+        return cli, "command line"
+    if env.get(env_key):
+        return env[env_key], f"environment {env_key}"
+    return recipe_value, "recipe"
+
+
+def resolve(
+    recipe: Recipe,
+    *,
+    env: Mapping[str, str] | None = None,
+    arch: str | None = None,
+    jobs: int | None = None,
+    cache_dir: Path | None = None,
+    output_dir: Path | None = None,
+    resources: Resources | None = None,
+) -> Plan:
+    env = os.environ if env is None else env
+    arch_value, arch_source = _pick(arch, env, "ARCH", None)
+    if arch_value is None:
+        archs = recipe.build.arch
+    else:
+        try:
+            archs = parse_arch_list(arch_value)
+        except ArchSpellingError as exc:
+            raise RecipeError([f"{arch_source}: arch: {exc}"]) from None
+        if recipe.build.fp4:
+            problems: list[str] = []
+            check_fp4(archs, lambda msg: problems.append(f"{arch_source}: arch: {msg} (recipe {recipe.name} sets fp4 = true)"))
+            if problems:
+                raise RecipeError(problems)
+    res = resources or probe()
+    jobs_value, jobs_source = _pick(jobs, env, "MAX_JOBS", recipe.build.jobs)
+    b = recipe.build
+    if jobs_value == "auto":
+        job_plan = plan_jobs(res, job_memory_gb=b.job_memory_gb, nvcc_threads=b.nvcc_threads,
+                             n_archs=len(archs), reserve_gb=b.reserve_gb)
+    else:
+        try:
+            n = int(jobs_value)
+            if n < 1:
+                raise ValueError
+        except ValueError:
+            raise RecipeError([f"{jobs_source}: jobs: {jobs_value!r} is not a positive number (or use auto)"]) from None
+        job_plan = JobPlan(n, f"jobs = {n} (set by {jobs_source})", b.job_memory_gb, jobs_source)
+    cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
+    return Plan(
+        recipe=recipe,
+        archs=archs,
+        arch_source=arch_source if arch_value is not None else "recipe",
+        jobs=job_plan,
+        series=load_series(recipe.series_dir),
+        cache_dir=Path(cache) if cache else default_cache_dir(env),
+        output_dir=Path(output_dir) if output_dir else recipe.root / "wheels",
+        resources=res,
+    )

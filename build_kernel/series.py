@@ -1,0 +1,149 @@
+"""Patch series on disk: quilt `series` order, DEP-3 headers, and a sha256 lock.
+
+    patches/<series>/<version>/series        patch names in order (quilt format)
+    patches/<series>/<version>/series.lock   `sha256  name` per patch (sha256sum -c format)
+    patches/<series>/<version>/info.toml     what upstream commits/versions it applies to
+
+A patch is identified by its sha256 (after spack's Patch): an edited patch without a
+relocked series, or a patch file not listed in `series`, is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from build_kernel.errors import PatchError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOCK = "series.lock"
+DEP3_KEYS = ("Description", "Origin", "Forwarded", "Last-Update")
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    name: str
+    path: Path
+    sha256: str
+    headers: dict[str, str]
+
+    @property
+    def description(self) -> str:
+        return self.headers.get("Description", self.headers.get("Subject", "")).split("\n")[0]
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    patches: tuple[PatchFile, ...]
+    applies_to_commits: tuple[str, ...] = ()
+    applies_to_versions: str = ""
+    info: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        """One sha256 over the ordered patch hashes: the series' identity."""
+        h = hashlib.sha256()
+        for p in self.patches:
+            h.update(f"{p.name}\0{p.sha256}\n".encode())
+        return h.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """DEP-3 fields before the diff starts (continuation lines start with a space)."""
+    headers: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if line.startswith(("---", "diff ", "Index: ")):
+            break
+        m = re.match(r"^([A-Za-z][\w-]*):\s?(.*)$", line)
+        if m:
+            last = m.group(1)
+            headers[last] = m.group(2).strip()
+        elif last and line.startswith(" ") and line.strip():
+            headers[last] += "\n" + line.strip()
+    return headers
+
+
+def read_names(directory: Path) -> list[str]:
+    series_file = directory / "series"
+    if not series_file.is_file():
+        raise PatchError(f"no series file in {directory}", hint="create it: one patch file name per line, in order")
+    names = []
+    for line in series_file.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            # quilt allows `name -p1`; we always apply with -p1.
+            names.append(line.split()[0])
+    return names
+
+
+def read_lock(directory: Path) -> dict[str, str]:
+    lock = directory / LOCK
+    if not lock.is_file():
+        raise PatchError(f"{lock} is missing", hint=f"run `build-kernel patch lock {directory}` after reviewing the patches")
+    entries = {}
+    for line in lock.read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(None, 1)
+            entries[name.strip().lstrip("*")] = digest
+    return entries
+
+
+def load_series(directory: Path, *, check_lock: bool = True) -> Series:
+    """Read and check a series: every patch listed, present, and matching its lock."""
+    directory = directory.resolve()
+    names = read_names(directory)
+    lock = read_lock(directory) if check_lock else {}
+    on_disk = {p.name for p in directory.iterdir() if p.suffix in (".patch", ".diff")}
+    unlisted = sorted(on_disk - set(names))
+    if unlisted:
+        raise PatchError(
+            f"{directory}: {', '.join(unlisted)} not listed in series",
+            hint="add it to the series file (and relock) or delete it",
+        )
+    patches = []
+    for name in names:
+        path = directory / name
+        if not path.is_file():
+            raise PatchError(f"{directory}/series lists {name}, but the file is missing", hint="restore it or remove the line")
+        digest = sha256_of(path)
+        if check_lock:
+            if name not in lock:
+                raise PatchError(f"{path}: not in {LOCK}", hint=f"run `build-kernel patch lock {directory}` after reviewing it")
+            if lock[name] != digest:
+                raise PatchError(
+                    f"{path}: sha256 {digest[:12]} does not match {LOCK} ({lock[name][:12]}): the patch was changed",
+                    hint=f"if the change is intended, review it and run `build-kernel patch lock {directory}`",
+                )
+        patches.append(PatchFile(name, path, digest, parse_headers(path.read_text(errors="replace"))))
+    info_path = directory / "info.toml"
+    info = tomllib.loads(info_path.read_text()) if info_path.is_file() else {}
+    return Series(
+        directory,
+        tuple(patches),
+        tuple(info.get("applies_to_commits", ())),
+        str(info.get("applies_to_versions", "")),
+        info,
+    )
+
+
+def write_lock(directory: Path) -> Path:
+    """Record the sha256 of every listed patch (after a human reviewed them)."""
+    series = load_series(directory, check_lock=False)
+    lock = directory / LOCK
+    tmp = lock.with_suffix(".tmp")
+    tmp.write_text("".join(f"{p.sha256}  {p.name}\n" for p in series.patches))
+    tmp.replace(lock)
+    return lock

@@ -1,0 +1,188 @@
+"""What compilers and tools are installed, and whether they can build the recipe.
+
+`detect` gathers facts (used by `doctor` and provenance); `preflight` turns them into
+one-line errors with the fix, before any compile starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from build_kernel.archs import Arch
+from build_kernel.errors import ToolchainError
+from build_kernel.process import which
+
+_TORCH_PROBE = """
+import json, os, torch, torch.utils
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda,
+                  "cmake_prefix_path": torch.utils.cmake_prefix_path,
+                  "nvidia_dir": os.path.join(site, "nvidia")}))
+"""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Versions and paths of everything a build uses (None: not found)."""
+
+    python: str
+    python_version: str
+    git: str | None = None
+    cmake: str | None = None
+    cmake_version: str | None = None
+    ninja: str | None = None
+    ninja_version: str | None = None
+    gcc: str | None = None
+    gcc_version: str | None = None
+    nvcc: str | None = None
+    nvcc_version: str | None = None
+    nvcc_archs: tuple[str, ...] = ()
+    cuda_home: str | None = None
+    torch_version: str | None = None
+    torch_cuda: str | None = None
+    torch_cmake_prefix: str | None = None
+    torch_nvidia_dir: str | None = None
+    problems: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _out(cmd: list[str], *, merge: bool = True) -> str | None:
+    """stdout (+ stderr when merge) of a successful command; None when it fails."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout + proc.stderr if merge else proc.stdout
+
+
+def _version(text: str | None, pattern: str) -> str | None:
+    m = re.search(pattern, text or "")
+    return m.group(1) if m else None
+
+
+def find_nvcc(env: dict[str, str], path: str | None = None) -> str | None:
+    """nvcc from CUDA_HOME/CUDA_PATH, then PATH, then /usr/local/cuda*."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var) and Path(env[var], "bin", "nvcc").is_file():
+            return str(Path(env[var], "bin", "nvcc"))
+    found = which("nvcc", path=path if path is not None else env.get("PATH"))
+    if found:
+        return found
+    for candidate in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"), reverse=True):
+        return str(candidate)
+    return None
+
+
+def cuda_home_of(nvcc: str) -> str:
+    """The toolkit root; nvcc itself says where it lives (`_HERE_`), wrappers or not."""
+    dry = _out([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]) or ""
+    here = _version(dry, r"_HERE_=(\S+)")
+    return str(Path(here).parent) if here else str(Path(nvcc).resolve().parent.parent)
+
+
+def detect(python: str = sys.executable, env: dict[str, str] | None = None) -> Facts:
+    """Ask every tool for its version; never raises."""
+    env = dict(os.environ if env is None else env)
+    search = env.get("PATH")
+    py_dir = str(Path(python).parent)
+    # Tools installed in the build environment (cmake, ninja from PyPI) come first.
+    tool_path = f"{py_dir}{os.pathsep}{search}" if search else py_dir
+    facts: dict[str, object] = {"python": python}
+    facts["python_version"] = _version(_out([python, "--version"]), r"Python (\S+)") or "?"
+    facts["git"] = which("git", path=tool_path)
+    cmake = which("cmake", path=tool_path)
+    facts["cmake"], facts["cmake_version"] = cmake, cmake and _version(_out([cmake, "--version"]), r"version (\S+)")
+    ninja = which("ninja", path=tool_path)
+    facts["ninja"], facts["ninja_version"] = ninja, ninja and _version(_out([ninja, "--version"]), r"^(\d+\.\d+(?:\.\d+)?)")
+    gcc = env.get("CXX") or which("g++", path=tool_path)
+    facts["gcc"], facts["gcc_version"] = gcc, gcc and _version(_out([gcc, "-dumpfullversion"]), r"^(\S+)")
+    nvcc = find_nvcc(env, tool_path)
+    if nvcc:
+        facts["nvcc"] = nvcc
+        facts["cuda_home"] = cuda_home_of(nvcc)
+        facts["nvcc_version"] = _version(_out([nvcc, "--version"]), r"release (\d+\.\d+)")
+        listed = _out([nvcc, "--list-gpu-arch"]) or ""
+        facts["nvcc_archs"] = tuple(re.findall(r"compute_(\d+)", listed))
+    probe = _out([python, "-c", _TORCH_PROBE], merge=False)
+    if probe:
+        info = json.loads(probe.strip().splitlines()[-1])
+        facts["torch_version"], facts["torch_cuda"] = info["version"], info["cuda"]
+        facts["torch_cmake_prefix"], facts["torch_nvidia_dir"] = info["cmake_prefix_path"], info["nvidia_dir"]
+    return Facts(**facts)  # type: ignore[arg-type]
+
+
+# Minimum CUDA release whose nvcc can target each arch-specific Blackwell/Hopper target.
+MIN_CUDA = {(9, 0): "12.0", (10, 0): "12.8", (10, 3): "12.9", (11, 0): "13.0", (12, 0): "12.8", (12, 1): "12.9"}
+
+
+def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cuda: str) -> list[str]:
+    """Every reason the build would fail before compiling, each with its fix."""
+    problems: list[str] = []
+    if not facts.nvcc:
+        problems.append("nvcc not found: install the CUDA toolkit, set CUDA_HOME, or use [toolchain] cuda_source = \"wheels\"")
+    else:
+        for arch in archs:
+            number = f"{arch.major}{arch.minor}"
+            if facts.nvcc_archs and number not in facts.nvcc_archs:
+                need = MIN_CUDA.get((arch.major, arch.minor), "a newer release")
+                problems.append(
+                    f"nvcc {facts.nvcc_version} ({facts.nvcc}) cannot target {arch.sm}: it needs CUDA >= {need}"
+                    " (install a newer toolkit or use cuda_source = \"wheels\")"
+                )
+        if want_cuda and facts.nvcc_version and facts.nvcc_version.split(".")[0] != want_cuda.split(".")[0]:
+            problems.append(f"nvcc is CUDA {facts.nvcc_version} but the recipe asks CUDA {want_cuda}: point CUDA_HOME at a {want_cuda} toolkit")
+    if not facts.torch_version:
+        problems.append(f"torch is not importable by {facts.python}: install the recipe's torch there or set [toolchain] torch")
+    elif not facts.torch_cuda:
+        problems.append(f"torch {facts.torch_version} is a CPU build: install a CUDA build of torch (e.g. +cu130)")
+    elif facts.nvcc_version and facts.torch_cuda.split(".")[0] != facts.nvcc_version.split(".")[0]:
+        problems.append(
+            f"torch {facts.torch_version} was built for CUDA {facts.torch_cuda} but nvcc is CUDA {facts.nvcc_version}:"
+            f" install a CUDA {facts.nvcc_version.split('.')[0]}.x torch, or a CUDA {facts.torch_cuda} toolkit"
+        )
+    if not facts.cmake_version:
+        problems.append("cmake not found: pip install cmake (or put cmake >= 3.26 on PATH)")
+    else:
+        try:
+            spec = SpecifierSet(cmake_spec)
+        except InvalidSpecifier:
+            problems.append(f"[toolchain] cmake = {cmake_spec!r} is not a version specifier: write e.g. \">=3.26\"")
+        else:
+            if Version(facts.cmake_version) not in spec:
+                problems.append(f"cmake {facts.cmake_version} ({facts.cmake}) does not satisfy {cmake_spec}: pip install 'cmake{cmake_spec}'")
+    if not facts.ninja_version:
+        problems.append("ninja not found: pip install ninja")
+    return problems
+
+
+def check_host_compiler(nvcc: str, cxx: str | None) -> str | None:
+    """Ask nvcc itself whether it accepts the host compiler (its host_config.h decides)."""
+    cmd = [nvcc, "-x", "cu", "-E", "-", "-o", os.devnull]
+    if cxx:
+        cmd[1:1] = ["-ccbin", cxx]
+    try:
+        proc = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60, check=False)
+    except OSError as exc:
+        return f"nvcc could not run the host compiler {cxx}: {exc}"
+    if proc.returncode == 0:
+        return None
+    reason = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
+    return f"nvcc rejects host compiler {cxx or 'default'}: {reason.strip()} (install a supported gcc and set CXX / CUDAHOSTCXX)"
+
+
+def require(problems: list[str]) -> None:
+    if problems:
+        raise ToolchainError("; ".join(problems) if len(problems) > 1 else problems[0])

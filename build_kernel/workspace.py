@@ -1,0 +1,140 @@
+"""The patched source tree of a plan: fetch + patch, cached by (commit, series digest).
+
+A finished tree carries a marker file; it is built in a `.partial-` sibling and renamed
+into place only after every patch applied, so an interrupted or failed run leaves no
+tree that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+from filelock import FileLock
+
+from build_kernel import fetch, patches
+from build_kernel.errors import FetchError, PatchError
+from build_kernel.plan import Plan
+from build_kernel.recipe import Dep
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path  # the checkout
+    project: Path  # root / subdir: what gets built
+    commit: str
+    series_digest: str
+    cached: bool
+    patches: tuple[patches.PatchStatus, ...]
+    dep_dirs: dict[str, Path]
+
+    def fetchcontent_defines(self) -> dict[str, str]:
+        return {f"FETCHCONTENT_SOURCE_DIR_{name.upper()}": str(path) for name, path in self.dep_dirs.items()}
+
+
+def upstream_version(project: Path) -> str:
+    """The package version upstream declares ([project] version in pyproject.toml)."""
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file():
+        return ""
+    return str(tomllib.loads(pyproject.read_text()).get("project", {}).get("version", ""))
+
+
+def check_applicability(plan: Plan, commit: str, version: str) -> None:
+    """The series says which upstream commits/versions it was made for; refuse others."""
+    series = plan.series
+    if not series.applies_to_commits and not series.applies_to_versions:
+        return
+    if commit in series.applies_to_commits:
+        return
+    if series.applies_to_versions and version:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        if Version(version) in SpecifierSet(series.applies_to_versions):
+            return
+    made_for = ", ".join(c[:12] for c in series.applies_to_commits) or series.applies_to_versions
+    raise PatchError(
+        f"series {plan.recipe.patches.series}/{plan.recipe.patches.version} is made for {made_for}, "
+        f"not {commit[:12]} (version {version or '?'})",
+        hint=f"run `build-kernel patch check --recipe {plan.recipe.name} --commit {commit}`; if it applies, "
+             f"add the commit to {series.directory}/info.toml",
+    )
+
+
+def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> Tree:
+    """Return the patched tree for the plan, making it if it is not cached."""
+    r = plan.recipe
+    url = fetch.resolve_url(r.source.repo, plan.cache_dir, r.root)
+    mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
+                                      allow_floating=r.source.allow_floating)
+    dep_dirs = prepare_deps(plan, offline=offline)
+    final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        marker = final / fetch.MARKER
+        if marker.is_file():
+            data = json.loads(marker.read_text())
+            head = git.Repo(final).head.commit.hexsha
+            if head == sha and data.get("series_digest") == plan.series.digest:
+                statuses = tuple(patches.PatchStatus(**s) for s in data["patches"])
+                return Tree(final, final / r.source.subdir, sha, plan.series.digest, True, statuses, dep_dirs)
+            shutil.rmtree(final)  # does not match its key: never trust it
+        elif final.exists():
+            shutil.rmtree(final)  # no marker: left by an interrupted run
+        for stale in final.parent.glob(f".{final.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = fetch.temp_dir_for(final)
+        try:
+            fetch.checkout(mirror, sha, tmp)
+            check_applicability(plan, sha, upstream_version(tmp / r.source.subdir))
+            statuses = tuple(patches.apply_series(tmp, plan.series, r.source.subdir))
+            (tmp / fetch.MARKER).write_text(json.dumps({
+                "commit": sha, "series_digest": plan.series.digest, "repo": url,
+                "patches": [s.to_dict() for s in statuses],
+            }, indent=2))
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return Tree(final, final / r.source.subdir, sha, plan.series.digest, False, statuses, dep_dirs)
+
+
+def prepare_deps(plan: Plan, *, offline: bool = False) -> dict[str, Path]:
+    """Pre-fetch the FetchContent dependencies the recipe overrides; name -> source dir."""
+    return {dep.name: _prepare_dep(plan, dep, offline) for dep in plan.recipe.deps}
+
+
+def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
+    if dep.path:
+        path = Path(dep.path)
+        path = path if path.is_absolute() else (plan.recipe.root / path)
+        if not path.is_dir():
+            raise FetchError(f"[deps.{dep.name}] path {path} does not exist", hint="fix the path in the recipe")
+        return path.resolve()
+    url = fetch.resolve_url(dep.repo, plan.cache_dir, plan.recipe.root)
+    mirror, sha = fetch.ensure_commit(url, dep.commit, plan.cache_dir, offline=offline)
+    final = plan.cache_dir / "deps" / f"{dep.name}-{sha[:12]}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if (final / fetch.MARKER).is_file():
+            return final
+        shutil.rmtree(final, ignore_errors=True)
+        tmp = fetch.temp_dir_for(final)
+        try:
+            fetch.checkout(mirror, sha, tmp)
+            (tmp / fetch.MARKER).write_text(json.dumps({"commit": sha, "repo": url}))
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final

@@ -1,0 +1,80 @@
+"""Shared fixtures: real git repos, a throw-away project root, and the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import git
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-02T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-02T00:00:00+00:00",
+}
+
+
+def commit_files(repo_dir: Path, files: dict[str, str | None], message: str = "change") -> str:
+    """Write (or delete, for None) files in a git repo and commit them; return the SHA."""
+    repo = git.Repo.init(repo_dir, initial_branch="main") if not (repo_dir / ".git").exists() else git.Repo(repo_dir)
+    for name, text in files.items():
+        path = repo_dir / name
+        if text is None:
+            path.unlink()
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    repo.git.add("--all")
+    with repo.git.custom_environment(**IDENTITY):
+        repo.git.commit("--quiet", "--no-gpg-sign", "--allow-empty", "-m", message)
+    return repo.head.commit.hexsha
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., tuple[Path, str]]:
+    def make(name: str, files: dict[str, str | None]) -> tuple[Path, str]:
+        return tmp_path / name, commit_files(tmp_path / name, files, f"{name}: initial")
+    return make
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project root with recipes/ and patches/ like the repo's, empty."""
+    root = tmp_path / "proj"
+    (root / "recipes").mkdir(parents=True)
+    (root / "patches").mkdir()
+    return root
+
+
+def write_series(root: Path, series: str, version: str, patches: dict[str, str], info: str = "") -> Path:
+    """A patch series folder with its series file and a fresh lock."""
+    from build_kernel.series import write_lock
+
+    directory = root / "patches" / series / version
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in patches.items():
+        (directory / name).write_text(textwrap.dedent(text).lstrip("\n"))
+    (directory / "series").write_text("".join(f"{n}\n" for n in patches))
+    if info:
+        (directory / "info.toml").write_text(textwrap.dedent(info))
+    write_lock(directory)
+    return directory
+
+
+def write_recipe(root: Path, name: str, text: str) -> Path:
+    path = root / "recipes" / f"{name}.toml"
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess, as a user runs it."""
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "build_kernel", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or REPO_ROOT, check=False)

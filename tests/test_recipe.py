@@ -1,0 +1,192 @@
+"""Recipe loading: every bad input is one line naming file, key and fix; precedence; archs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from build_kernel import recipe
+from build_kernel.archs import ArchSpellingError, parse_arch, parse_arch_list
+from build_kernel.errors import RecipeError
+from build_kernel.plan import resolve
+from build_kernel.resources import Resources
+from tests.conftest import run_cli, write_recipe, write_series
+
+SHA = "40ef116f011cf1599811af1089ddf00971092bcf"
+GOOD = f"""
+description = "test"
+[source]
+repo = "https://example.invalid/x.git"
+commit = "{SHA}"
+[patches]
+series = "s"
+version = "v1"
+[build]
+arch = ["12.0a"]
+fp4 = true
+job_memory_gb = 2.0
+"""
+FAKE_RES = Resources(cpus=16, cpus_why="test", memory_bytes=40 * 1024**3, memory_why="test")
+
+
+@pytest.fixture
+def root(project: Path) -> Path:
+    write_series(project, "s", "v1", {})
+    write_recipe(project, "good", GOOD)
+    return project
+
+
+def problems(root: Path, name: str, text: str) -> list[str]:
+    write_recipe(root, name, text)
+    with pytest.raises(RecipeError) as info:
+        recipe.load(name, root)
+    return info.value.problems
+
+
+@pytest.mark.parametrize("spelling", ["12.0a", "sm_120a", "120a", "compute_120a", " 12.0a "])
+def test_arch_spellings_normalise_to_one_form(spelling: str) -> None:
+    arch = parse_arch(spelling)
+    assert (arch.torch, arch.sm, arch.compute) == ("12.0a", "sm_120a", "compute_120a")
+
+
+def test_arch_list_forms_and_order() -> None:
+    archs = parse_arch_list("9.0a;sm_120a, 12.0a 100a")
+    assert [a.torch for a in archs] == ["9.0a", "12.0a", "10.0a"]
+
+
+@pytest.mark.parametrize("bad,needle", [("13.0", "known archs"), ("abc", "write it as"), ("8.0a", "no 'a' variant")])
+def test_unknown_arch_spelling(bad: str, needle: str) -> None:
+    with pytest.raises(ArchSpellingError, match=needle):
+        parse_arch(bad)
+
+
+def test_good_recipe_loads(root: Path) -> None:
+    r = recipe.load("good", root)
+    assert r.source.commit == SHA and [a.sm for a in r.build.arch] == ["sm_120a"]
+    assert len(r.digest) == 64
+
+
+def test_unknown_key_suggests_the_right_one(root: Path) -> None:
+    [line] = problems(root, "typo", GOOD.replace("fp4 = true", "fp4 = true\nnvcc_thread = 2"))
+    assert "typo.toml:11: build.nvcc_thread: unknown key (did you mean 'nvcc_threads'?)" in line
+
+
+def test_unknown_top_level_table(root: Path) -> None:
+    [line] = problems(root, "top", GOOD + "\n[serv]\nmodel = 'x'\n")
+    assert "serv: unknown key (did you mean 'serve'?)" in line
+
+
+def test_missing_commit(root: Path) -> None:
+    [line] = problems(root, "nocommit", GOOD.replace(f'commit = "{SHA}"', ""))
+    assert "source.commit: missing (pin a full 40-hex commit SHA)" in line
+
+
+def test_branch_name_is_refused_unless_floating_allowed(root: Path) -> None:
+    [line] = problems(root, "branch", GOOD.replace(SHA, "main"))
+    assert "branch.toml:4: source.commit: 'main' is not a full 40-hex SHA" in line and "allow_floating" in line
+    write_recipe(root, "floating", GOOD.replace(SHA, "main").replace("[patches]", "allow_floating = true\n[patches]"))
+    assert recipe.load("floating", root).source.allow_floating
+
+
+def test_unknown_arch_in_recipe(root: Path) -> None:
+    [line] = problems(root, "arch", GOOD.replace('["12.0a"]', '["12.0a", "sm_999"]'))
+    assert "arch.toml:9: build.arch: unknown arch 'sm_999'" in line
+
+
+@pytest.mark.parametrize("archs,needle", [
+    ('["12.0"]', "use 12.0a instead of 12.0"),
+    ('["9.0a"]', "need an arch >= 10.0 with 'a'"),
+])
+def test_fp4_needs_an_arch_specific_blackwell_target(root: Path, archs: str, needle: str) -> None:
+    [line] = problems(root, "fp4", GOOD.replace('["12.0a"]', archs))
+    assert needle in line
+
+
+def test_malformed_toml_has_line_and_column(root: Path) -> None:
+    [line] = problems(root, "broken", GOOD.replace('series = "s"', 'series = "s'))
+    assert "broken.toml:6:" in line and "invalid TOML" in line
+
+
+def test_extends_merges_parent_tables(root: Path) -> None:
+    write_recipe(root, "child", 'extends = "good"\n[build]\narch = ["10.0a", "12.0a"]\n')
+    r = recipe.load("child", root)
+    assert [a.torch for a in r.build.arch] == ["10.0a", "12.0a"]
+    assert r.source.commit == SHA and r.build.fp4 and r.build.job_memory_gb == 2.0
+
+
+def test_extends_cycle(root: Path) -> None:
+    write_recipe(root, "a", 'extends = "b"\n')
+    write_recipe(root, "b", 'extends = "a"\n')
+    with pytest.raises(RecipeError, match=r"extends: cycle a -> b -> a"):
+        recipe.load("a", root)
+
+
+def test_extends_missing_parent(root: Path) -> None:
+    [line] = problems(root, "orphan", 'extends = "nosuch"\n')
+    assert "orphan.toml:1: extends: parent recipe 'nosuch' not found" in line
+
+
+def test_missing_patch_series_folder(root: Path) -> None:
+    [line] = problems(root, "noseries", GOOD.replace('version = "v1"', 'version = "v9"'))
+    assert "patches.series: no series file at" in line and "patches/s/v9/series" in line
+
+
+def test_all_problems_reported_at_once(root: Path) -> None:
+    lines = problems(root, "many", GOOD.replace(SHA, "abc").replace('["12.0a"]', '["12.0"]') + "colour = 1\n")
+    assert len(lines) == 3
+
+
+def test_unknown_recipe_name_suggests(root: Path) -> None:
+    with pytest.raises(RecipeError, match="did you mean 'good'"):
+        recipe.load("goood", root)
+
+
+def test_precedence_cli_over_env_over_recipe(root: Path) -> None:
+    r = recipe.load("good", root)
+    assert resolve(r, env={}, resources=FAKE_RES).arch_list == "12.0a"
+    assert resolve(r, env={"ARCH": "sm_100a"}, resources=FAKE_RES).arch_list == "10.0a"
+    plan = resolve(r, env={"ARCH": "sm_100a"}, arch="120a;100a", resources=FAKE_RES)
+    assert (plan.arch_list, plan.arch_source) == ("12.0a;10.0a", "command line")
+    assert resolve(r, env={"MAX_JOBS": "3"}, resources=FAKE_RES).jobs.jobs == 3
+    assert resolve(r, env={"MAX_JOBS": "3"}, jobs=5, resources=FAKE_RES).jobs.jobs == 5
+
+
+def test_env_arch_is_checked_against_fp4(root: Path) -> None:
+    with pytest.raises(RecipeError, match="environment ARCH: arch: FP4 kernels need the arch-specific target"):
+        resolve(recipe.load("good", root), env={"ARCH": "12.0"}, resources=FAKE_RES)
+
+
+def test_auto_jobs_from_memory(root: Path) -> None:
+    # 40 GB available - 2 GB reserve = 38 GB; 2 GB per job -> 19, capped by 16 CPUs.
+    plan = resolve(recipe.load("good", root), env={}, resources=FAKE_RES)
+    assert plan.jobs.jobs == 16 and "= 19, 1, 16 CPUs" in plan.jobs.derivation
+
+
+def test_cli_error_is_one_line_and_nonzero(root: Path) -> None:
+    write_recipe(root, "bad", GOOD.replace(SHA, "deadbeef"))
+    proc = run_cli("plan", "--recipe", str(root / "recipes" / "bad.toml"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not a full 40-hex SHA" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_plan_json_for_nightly_recipe() -> None:
+    proc = run_cli("--json", "plan", "--recipe", "nightly-cu130")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["source"]["commit"] == SHA and plan["source"]["subdir"] == "sgl-kernel"
+    assert plan["archs"]["TORCH_CUDA_ARCH_LIST"] == "12.0a" and plan["archs"]["fp4"] is True
+    assert [p["name"] for p in plan["patches"]["patches"]][:1] == ["0001-cmake-guard-policies.patch"]
+    assert all(len(p["sha256"]) == 64 for p in plan["patches"]["patches"])
+    assert plan["jobs"]["jobs"] >= 1 and "jobs = clamp(" in plan["jobs"]["derivation"]
+    assert plan["env"]["TORCH_CUDA_ARCH_LIST"] == "12.0a"
+    assert "--fp4-gemm-backend" in plan["serve"]["args"] and plan["serve"]["model"].endswith("NVFP4")
+
+
+def test_recipes_list_json() -> None:
+    proc = run_cli("--json", "recipes", "list")
+    assert proc.returncode == 0, proc.stderr
+    names = {row["name"]: row for row in json.loads(proc.stdout)}
+    assert names["nightly-cu130"]["ok"] and names["nightly-cu130"]["archs"] == ["12.0a"]
