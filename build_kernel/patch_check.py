@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import git
+from unidiff import PatchSet
 
 from build_kernel import fetch, patches
 from build_kernel.errors import PatchError
@@ -59,6 +60,11 @@ def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
         raise
 
 
+def _hunks(text: str) -> list[tuple[str, str, list[str]]]:
+    """A diff's meaning: files and hunks, ignoring `index` lines and header text."""
+    return [(f.source_file, f.target_file, [str(h) for h in f]) for f in PatchSet(text)]
+
+
 def refresh(plan: Plan, worktree: Path) -> list[str]:
     """Rewrite each patch's diff from the worktree's commits; keep its header; relock."""
     repo = git.Repo(worktree)
@@ -73,7 +79,7 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
     subdir = plan.recipe.source.subdir
     changed = []
     parent = base
-    new_texts = {}
+    new_texts = []
     for commit, patch in zip(commits, series.patches):
         rel = ["--relative=" + subdir] if subdir else []
         diff = repo.git.diff("-U3", "--no-color", "--no-ext-diff", *rel, parent, commit.hexsha) + "\n"
@@ -82,10 +88,10 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
         if start < 0:
             start = text.find("--- a/")
         header = text[:start] if start >= 0 else text
-        new_texts[patch] = header + diff
+        new_texts.append((patch, header + diff))
         parent = commit.hexsha
-    for patch, text in new_texts.items():
-        if text != patch.path.read_text():
+    for patch, text in new_texts:
+        if _hunks(text) != _hunks(patch.path.read_text()):
             tmp = patch.path.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.replace(patch.path)
