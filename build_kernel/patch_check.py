@@ -60,9 +60,10 @@ def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
         raise
 
 
-def _hunks(text: str) -> list[tuple[str, str, list[str]]]:
-    """A diff's meaning: files and hunks, ignoring `index` lines and header text."""
-    return [(f.source_file, f.target_file, [str(h) for h in f]) for f in PatchSet(text)]
+def _hunks(text: str) -> list[tuple[str, str, list[tuple[int, int, list[str]]]]]:
+    """A diff's meaning: files and hunks, ignoring `index` lines and section headings."""
+    return [(f.source_file, f.target_file, [(h.source_start, h.target_start, [str(line) for line in h]) for h in f])
+            for f in PatchSet(text)]
 
 
 def refresh(plan: Plan, worktree: Path) -> list[str]:
