@@ -62,10 +62,14 @@ recipe_option = click.option("--recipe", "-r", "recipe_name", metavar="NAME", he
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Cache folder (default: $BUILD_KERNEL_CACHE_DIR or ~/.cache/build-kernel).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("--offline", is_flag=True, help="Pipeline: use only cached sources; never touch the network.")
+@click.option("--force", is_flag=True, help="Pipeline: rebuild even when the wheel cache has this build.")
+@click.option("--dry-run", is_flag=True, help="Pipeline: print the resolved plan and stages, run nothing.")
+@click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="Pipeline: GPU check to run in verify.")
 @click.version_option(__version__)
 @click.pass_context
 def cli(ctx: click.Context, recipe: str | None, arch: str | None, jobs: int | None, cache_dir: Path | None,
-        as_json: bool, debug: bool) -> None:
+        as_json: bool, debug: bool, offline: bool, force: bool, dry_run: bool, gpu_check: str) -> None:
     """Build GPU kernel libraries from pinned, patched source.
 
     `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
@@ -77,7 +81,8 @@ def cli(ctx: click.Context, recipe: str | None, arch: str | None, jobs: int | No
             return
         from build_kernel import pipeline
 
-        result = pipeline.run(ctx.obj.plan())
+        result = pipeline.run(ctx.obj.plan(), pipeline.Options(offline=offline, force=force, dry_run=dry_run,
+                                                               gpu_check=gpu_check))
         emit(ctx.obj, result, pipeline.render(result))
 
 
@@ -247,6 +252,61 @@ def patch_refresh_cmd(opts: Options, recipe_name: str | None, worktree: Path) ->
     p = opts.plan(recipe_name)
     changed = patch_check.refresh(p, worktree)
     emit(opts, {"changed": changed}, f"refreshed {len(changed)} patch(es): {', '.join(changed) or 'none changed'}")
+
+
+@cli.command("build")
+@recipe_option
+@offline_option
+@click.option("--force", is_flag=True, help="Rebuild even on a cache hit.")
+@click.pass_obj
+def build_cmd(opts: Options, recipe_name: str | None, offline: bool, force: bool) -> None:
+    """Fetch, patch and build the wheel (cached by every input)."""
+    from build_kernel import build, buildenv, workspace
+
+    p = opts.plan(recipe_name)
+    with log.step(f"fetch + patch {p.recipe.source.commit[:12]}"):
+        tree = workspace.prepare(p, offline=offline)
+    python = buildenv.python_for(p)
+    with log.step(f"build {p.arch_list} with {p.jobs.jobs} job(s)"):
+        log.info(p.jobs.derivation)
+        result = build.build(p, tree, python, force=force)
+    emit(opts, result.to_dict(), f"{result.wheel}  ({'cache hit' if result.cached else 'built'}, {result.version})")
+
+
+@cli.command("verify")
+@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@recipe_option
+@click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="GPU check to run when a GPU of a built arch is present.")
+@click.pass_obj
+def verify_cmd(opts: Options, wheel: Path | None, recipe_name: str | None, gpu_check: str) -> None:
+    """Check a wheel: cubin archs, FP4 SASS, clean import, ops, GPU run."""
+    from build_kernel import verify
+
+    p = opts.plan(recipe_name)
+    if wheel is None:
+        candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
+        if not candidates:
+            raise click.UsageError(f"no wheel in {p.output_dir}: build one first or pass WHEEL")
+        wheel = candidates[-1]
+    with log.step(f"verify {wheel.name}"):
+        report = verify.verify(wheel, p.recipe.verify, p.archs, gpu_check=gpu_check)
+    table = Table("check", "result")
+    for lib in report.libraries:
+        table.add_row(lib.path, f"archs {' '.join(lib.archs)}; missing {' '.join(lib.missing) or '-'}; extra {' '.join(lib.extra) or '-'}")
+        if lib.fp4_matches is not None:
+            table.add_row("  FP4 SASS", ", ".join(f"{k} x{v}" for k, v in lib.fp4_matches.items()) or "-")
+    for name, outcome in report.imports.items():
+        table.add_row(f"import {name}", outcome)
+    table.add_row("ops", f"found {len(report.ops_found)}, missing {', '.join(report.ops_missing) or 'none'}")
+    table.add_row("gpu", json.dumps(report.gpu) if report.gpu else "not requested")
+    for w in report.warnings:
+        table.add_row("[yellow]warning[/]", w)
+    for f in report.failures:
+        table.add_row("[red]FAIL[/]", f)
+    table.add_row("result", "[green]passed[/]" if report.passed else "[red]failed[/]")
+    emit(opts, report.to_dict(), table)
+    if not report.passed:
+        sys.exit(7)
 
 
 def main(argv: list[str] | None = None) -> None:

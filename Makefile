@@ -1,0 +1,57 @@
+# build-kernel: every target sets up its own .venv first (torch, CMake 3.28, ninja, ...).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The torch the build environment links against; 2.14.1 is the CUDA 13.0 build.
+TORCH  ?= torch==2.14.1
+RECIPE ?= nightly-cu130
+ARCH   ?=
+TARGET ?=
+PYTEST_ARGS ?=
+
+ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
+
+.PHONY: help venv test test-fast demo wheel verify publish plan doctor bench clean
+
+help:
+	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
+	@echo "make test      the test suite (real git, CMake, nvcc, scikit-build-core, pypiserver)"
+	@echo "make wheel RECIPE=nightly-cu130 ARCH=12.0a   build (and verify) a wheel into wheels/"
+	@echo "make publish RECIPE=... TARGET=name|url      upload the recipe's wheel to an index"
+	@echo "make bench     side-by-side benchmarks (bench/)"
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet '$(TORCH)' 'cmake==3.28.*' -e '.[build,verify,publish,test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: venv
+	$(BIN)/build-kernel --recipe demo $(ARCH_FLAG)
+
+wheel: venv
+	$(BIN)/build-kernel build --recipe $(RECIPE) $(ARCH_FLAG)
+	$(BIN)/build-kernel verify --recipe $(RECIPE) $(ARCH_FLAG)
+
+publish: venv
+	$(BIN)/build-kernel publish --recipe $(RECIPE) $(ARCH_FLAG) $(if $(TARGET),--to $(TARGET),)
+
+plan: venv
+	$(BIN)/build-kernel plan --recipe $(RECIPE) $(ARCH_FLAG)
+
+doctor: venv
+	$(BIN)/build-kernel doctor --recipe $(RECIPE) $(ARCH_FLAG)
+
+bench: venv
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) wheels/*.whl wheels/*.verify.json wheels/simple

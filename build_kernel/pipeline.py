@@ -1,0 +1,78 @@
+"""The whole recipe, stage after stage: fetch + patch, build, verify, publish, serve."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from build_kernel import build, buildenv, log, verify, workspace
+from build_kernel.errors import NotBuiltYet, VerifyError
+from build_kernel.plan import Plan
+
+STAGES = ("fetch", "patch", "build", "verify", "publish", "serve")
+
+
+@dataclass
+class Options:
+    offline: bool = False
+    force: bool = False
+    dry_run: bool = False
+    gpu_check: str = ""
+    stages: tuple[str, ...] = STAGES
+
+
+@dataclass
+class Outcome:
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def record(self, stage: str, status: str, seconds: float, **info: Any) -> None:
+        self.stages[stage] = {"status": status, "seconds": round(seconds, 1), **info}
+
+
+def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
+    opts = opts or Options()
+    outcome = Outcome()
+    if opts.dry_run:
+        for stage in opts.stages:
+            outcome.record(stage, "planned", 0.0)
+        return {"recipe": plan.recipe.name, "dry_run": True, "plan": plan.to_dict(), "stages": outcome.stages}
+    t = time.monotonic()
+    with log.step(f"fetch + patch {plan.recipe.source.commit[:12]} ({len(plan.series.patches)} patches)"):
+        tree = workspace.prepare(plan, offline=opts.offline)
+    outcome.record("fetch", "cached" if tree.cached else "done", time.monotonic() - t, tree=str(tree.root), commit=tree.commit)
+    outcome.record("patch", "cached" if tree.cached else "done", 0.0, patches=[s.to_dict() for s in tree.patches])
+    t = time.monotonic()
+    python = buildenv.python_for(plan)
+    with log.step(f"build {plan.arch_list} with {plan.jobs.jobs} job(s)"):
+        result = build.build(plan, tree, python, force=opts.force)
+    outcome.record("build", "cached" if result.cached else "done", time.monotonic() - t, **result.to_dict())
+    t = time.monotonic()
+    with log.step(f"verify {result.wheel.name}"):
+        report = verify.verify(result.wheel, plan.recipe.verify, plan.archs, python=python,
+                               gpu_check=opts.gpu_check, cuda_home=result.provenance["toolchain"]["cuda_home"])
+    outcome.record("verify", "passed" if report.passed else "failed", time.monotonic() - t, **report.to_dict())
+    for warning in report.warnings:
+        log.warn(warning)
+    if not report.passed:
+        raise VerifyError(f"{result.wheel.name} failed verification: {'; '.join(report.failures)}",
+                          hint=f"see {result.wheel}{verify.RECORD_SUFFIX}")
+    missing = [s for s in ("publish", "serve") if s in opts.stages]
+    for stage in missing:
+        outcome.record(stage, "not available", 0.0)
+    summary = {"recipe": plan.recipe.name, "wheel": str(result.wheel), "version": result.version, "stages": outcome.stages}
+    if missing:
+        log.info(render(summary))
+        raise NotBuiltYet(f"stages not available in this version of build-kernel: {', '.join(missing)}",
+                          hint=f"the wheel is built and verified: {result.wheel}")
+    return summary
+
+
+def render(summary: dict[str, Any]) -> Table:
+    table = Table("stage", "status", "seconds", title=f"{summary['recipe']}: {summary.get('wheel', '(dry run)')}")
+    for stage, info in summary["stages"].items():
+        table.add_row(stage, info["status"], f"{info['seconds']:.1f}")
+    return table
