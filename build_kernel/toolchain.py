@@ -186,3 +186,37 @@ def check_host_compiler(nvcc: str, cxx: str | None) -> str | None:
 def require(problems: list[str]) -> None:
     if problems:
         raise ToolchainError("; ".join(problems) if len(problems) > 1 else problems[0])
+
+
+def _first(root: Path, patterns: tuple[str, ...]) -> Path | None:
+    for pattern in patterns:
+        for hit in sorted(root.glob(pattern)):
+            return hit
+    return None
+
+
+def cmake_defines(facts: Facts) -> dict[str, str]:
+    """The toolkit view CMake and torch's CMake config need, filled from torch's own
+    nvidia wheels where the toolkit is minimal (no libnvrtc, no cuBLAS/cuSPARSE headers)."""
+    defines: dict[str, str] = {}
+    if facts.cuda_home:
+        home = Path(facts.cuda_home)
+        defines["CMAKE_CUDA_COMPILER"] = str(home / "bin" / "nvcc")
+        defines["CUDAToolkit_ROOT"] = str(home)
+        defines["CUDA_TOOLKIT_ROOT_DIR"] = str(home)  # torch's bundled FindCUDA reads this one
+    if facts.torch_cmake_prefix:
+        defines["Torch_DIR"] = str(Path(facts.torch_cmake_prefix) / "Torch")
+    if facts.cuda_home and facts.torch_nvidia_dir and Path(facts.torch_nvidia_dir).is_dir():
+        home, wheels = Path(facts.cuda_home), Path(facts.torch_nvidia_dir)
+        if not _first(home, ("lib64/libnvrtc.so*", "targets/*/lib/libnvrtc.so*")):
+            nvrtc = _first(wheels, ("*/lib/libnvrtc.so.*[0-9]", "*/lib/libnvrtc.so"))
+            if nvrtc:
+                defines["CUDA_nvrtc_LIBRARY"] = str(nvrtc)
+        if not _first(home, ("include/cusparse.h", "targets/*/include/cusparse.h")):
+            header = _first(wheels, ("*/include/cusparse.h", "*/*/include/cusparse.h"))
+            if header:
+                # Standard include dirs come last on the command line: the toolkit's own
+                # headers still win, the wheels only fill what is missing.
+                defines["CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES"] = str(header.parent)
+                defines["CMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES"] = str(header.parent)
+    return defines
