@@ -185,9 +185,11 @@ def _inject_provenance(wheel: Path, python: str, provenance: dict[str, object], 
     (dist_info / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True))
     out = workdir / "packed"
     shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     proc = subprocess.run([python, "-m", "wheel", "pack", "-d", str(out), str(root)], capture_output=True, text=True)
     if proc.returncode:
-        raise BuildError(f"adding provenance to {wheel.name} failed: {proc.stderr.strip()}", hint=f"see {log_path}")
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise BuildError(f"adding provenance to {wheel.name} failed: {last}", hint=f"see {log_path}")
     [packed] = list(out.glob("*.whl"))
     return packed
 

@@ -16,20 +16,20 @@ console = Console(stderr=True, highlight=False)
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False)
+    console.print(message, markup=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/] {message}", markup=True)
+    console.print(f"[yellow]warning:[/] {message}", markup=True, soft_wrap=True)
 
 
 @contextmanager
 def step(name: str) -> Iterator[None]:
     start = time.monotonic()
-    console.print(f"[bold]▶ {name}[/]")
+    console.print(f"[bold]▶ {name}[/]", soft_wrap=True)
     try:
         yield
     except BaseException:
-        console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)")
+        console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)
         raise
-    console.print(f"[green]✓ {name}[/] ({time.monotonic() - start:.1f} s)")
+    console.print(f"[green]✓ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)

@@ -7,11 +7,14 @@
 //
 // The first include needs CCCL's <cuda/std/...> (see fp4_layout.h): on CUDA 13
 // this file only compiles once <toolkit>/include/cccl is on the include path.
+// <ATen/cuda/CUDAContext.h> (as in sgl-kernel's sources) needs cublas_v2.h and
+// cusparse.h, which a minimal toolkit lacks: the build then has to add the torch
+// wheel's site-packages/nvidia/cu13/include (after the toolkit's own headers).
 #include "minikernel/fp4_layout.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "minikernel/ops.h"
@@ -81,10 +84,10 @@ bool nvfp4_enabled() { return minikernel::nvfp4_enabled(); }
 
 TORCH_LIBRARY(minikernel, m) {
   m.def("silu_and_mul(Tensor x) -> Tensor");
-  m.impl("silu_and_mul", torch::kCUDA, &silu_and_mul);
+  m.impl("silu_and_mul", c10::kCUDA, &silu_and_mul);
 
   m.def("scaled_fp4_quant(Tensor x, Tensor global_scale) -> (Tensor, Tensor)");
-  m.impl("scaled_fp4_quant", torch::kCUDA, &scaled_fp4_quant);
+  m.impl("scaled_fp4_quant", c10::kCUDA, &scaled_fp4_quant);
 
   // Backend-less: callable on a host without a GPU (the verify stage's import check).
   m.def("nvfp4_enabled() -> bool", &nvfp4_enabled);

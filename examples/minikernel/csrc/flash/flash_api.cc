@@ -30,5 +30,5 @@ at::Tensor fa3_fwd(const at::Tensor& q, double softmax_scale) {
 
 TORCH_LIBRARY_FRAGMENT(minikernel, m) {
   m.def("fa3_fwd(Tensor q, float softmax_scale) -> Tensor");
-  m.impl("fa3_fwd", torch::kCUDA, &fa3_fwd);
+  m.impl("fa3_fwd", c10::kCUDA, &fa3_fwd);
 }

@@ -1,13 +1,14 @@
 """minikernel: a miniature of sgl-kernel, for testing build-kernel offline.
 
 Like sgl-kernel's load_utils, the common ops library is built into two folders,
-``sm90/`` (Hopper, fast math) and ``sm100/`` (Blackwell and newer, incl. SM120),
-and the one matching the GPU's compute capability is loaded: major >= 10 loads
-``sm100``, anything older ``sm90``. On a host without a GPU (or without a driver)
-whichever exists is loaded, ``sm100`` first, so ``import minikernel`` works on a
-GPU-less build host. The libraries are plain shared objects that register their
-ops with ``TORCH_LIBRARY(minikernel, ...)``; they are loaded with
-``torch.ops.load_library``.
+``sm90/`` (Hopper, fast math) and ``sm100/`` (every other GPU: Blackwell incl.
+SM120, and older ones), and the one matching the GPU's compute capability is
+loaded: major 9 loads ``sm90``, any other ``sm100`` (upstream loads sm90 only on
+9.0). When that folder is missing the other one is loaded, and on a host without
+a GPU (or without a driver) whichever exists is loaded, ``sm100`` first, so
+``import minikernel`` works on a GPU-less build host. The libraries are plain
+shared objects that register their ops with ``TORCH_LIBRARY(minikernel, ...)``;
+they are loaded with ``torch.ops.load_library``.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def _find_library(variant: str) -> Optional[str]:
 
 
 def _variant_order(capability: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
-    if capability is None:
-        return _VARIANTS  # no GPU: prefer sm100, accept sm90
-    return ("sm100",) if capability[0] >= 10 else ("sm90",)
+    if capability is not None and capability[0] == 9:
+        return ("sm90", "sm100")
+    return ("sm100", "sm90")  # other GPUs, and no GPU: prefer sm100, accept sm90
 
 
 def _load_common_ops() -> str:
@@ -58,10 +59,8 @@ def _load_common_ops() -> str:
             return path
     present = [v for v in _VARIANTS if _find_library(v) is not None]
     raise ImportError(
-        f"minikernel: no common_ops library for this machine (compute capability "
-        f"{capability}, looked in {', '.join(order)} under {_PKG_DIR}; "
-        f"built variants: {present or 'none'}). Rebuild with TORCH_CUDA_ARCH_LIST "
-        f"covering this GPU."
+        f"minikernel: no common_ops library (compute capability {capability}, "
+        f"looked in {', '.join(order)} under {_PKG_DIR}; built variants: {present or 'none'})."
     )
 
 
