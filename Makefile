@@ -35,20 +35,20 @@ test-fast: venv
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: venv
-	$(BIN)/build-kernel --recipe demo $(ARCH_FLAG)
+	$(BIN)/build-kernel $(ARCH_FLAG) --recipe demo
 
 wheel: venv
-	$(BIN)/build-kernel build --recipe $(RECIPE) $(ARCH_FLAG)
-	$(BIN)/build-kernel verify --recipe $(RECIPE) $(ARCH_FLAG)
+	$(BIN)/build-kernel $(ARCH_FLAG) build --recipe $(RECIPE)
+	$(BIN)/build-kernel $(ARCH_FLAG) verify --recipe $(RECIPE)
 
 publish: venv
-	$(BIN)/build-kernel publish --recipe $(RECIPE) $(ARCH_FLAG) $(if $(TARGET),--to $(TARGET),)
+	$(BIN)/build-kernel $(ARCH_FLAG) publish --recipe $(RECIPE) $(if $(TARGET),--to $(TARGET),)
 
 plan: venv
-	$(BIN)/build-kernel plan --recipe $(RECIPE) $(ARCH_FLAG)
+	$(BIN)/build-kernel $(ARCH_FLAG) plan --recipe $(RECIPE)
 
 doctor: venv
-	$(BIN)/build-kernel doctor --recipe $(RECIPE) $(ARCH_FLAG)
+	$(BIN)/build-kernel $(ARCH_FLAG) doctor --recipe $(RECIPE)
 
 bench: venv
 	$(BIN)/python bench/run.py

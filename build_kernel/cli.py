@@ -309,6 +309,41 @@ def verify_cmd(opts: Options, wheel: Path | None, recipe_name: str | None, gpu_c
         sys.exit(7)
 
 
+@cli.command("publish")
+@click.argument("wheels", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@recipe_option
+@click.option("--to", "to", metavar="NAME|URL|PATH",
+              help="Index name ([publish.targets], indexes.toml or ~/.pypirc), upload URL, or static folder "
+                   "(default: the recipe's [publish] target).")
+@click.option("--install-url", metavar="URL", help="Simple URL to install back from (default: <upload URL>/simple/).")
+@click.option("--skip-existing", is_flag=True, help="A file already on the index is skipped (still installed back).")
+@click.option("--force", is_flag=True, help="Publish even without a passing verification record (loud warning).")
+@click.pass_obj
+def publish_cmd(opts: Options, wheels: tuple[Path, ...], recipe_name: str | None, to: str | None,
+                install_url: str | None, skip_existing: bool, force: bool) -> None:
+    """Upload verified wheels to an index or a static folder, then install them back and import them."""
+    from build_kernel import buildenv, publish
+
+    name = recipe_name or opts.recipe
+    p = opts.plan(name) if name else None
+    if not wheels:
+        if p is None:
+            raise click.UsageError("nothing to publish: pass WHEEL… or --recipe NAME")
+        candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
+        if not candidates:
+            raise click.UsageError(f"no wheel in {p.output_dir}: build one first or pass WHEEL")
+        wheels = (candidates[-1],)
+    target = publish.resolve_target(to, p.recipe.publish if p else None, env=os.environ, install_url=install_url,
+                                    recipe_root=p.recipe.root if p else None)
+    with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
+        result = publish.publish(
+            list(wheels), target, skip_existing=skip_existing, force=force,
+            import_modules=p.recipe.verify.import_modules if p else None,
+            python=buildenv.python_for(p) if p else sys.executable, env=os.environ,
+            log_path=p.cache_dir / "logs" / f"publish-{p.recipe.name}.log" if p else None)
+    emit(opts, result.to_dict(), publish.render(result))
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv)
     try:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from build_kernel import build, buildenv, log, verify, workspace
-from build_kernel.errors import NotBuiltYet, VerifyError
+from build_kernel import build, buildenv, log, publish, verify, workspace
+from build_kernel.errors import VerifyError
 from build_kernel.plan import Plan
 
 STAGES = ("fetch", "patch", "build", "verify", "publish", "serve")
@@ -23,6 +24,7 @@ class Options:
     dry_run: bool = False
     gpu_check: str = ""
     stages: tuple[str, ...] = STAGES
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
 @dataclass
@@ -60,15 +62,19 @@ def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
     if not report.passed:
         raise VerifyError(f"{result.wheel.name} failed verification: {'; '.join(report.failures)}",
                           hint=f"see {result.wheel}{verify.RECORD_SUFFIX}")
-    missing = [s for s in ("publish", "serve") if s in opts.stages]
-    for stage in missing:
-        outcome.record(stage, "not available", 0.0)
-    summary = {"recipe": plan.recipe.name, "wheel": str(result.wheel), "version": result.version, "stages": outcome.stages}
-    if missing:
-        log.info(render(summary))
-        raise NotBuiltYet(f"stages not available in this version of build-kernel: {', '.join(missing)}",
-                          hint=f"the wheel is built and verified: {result.wheel}")
-    return summary
+    if "publish" in opts.stages and plan.recipe.publish.target:
+        t = time.monotonic()
+        target = publish.resolve_target(None, plan.recipe.publish, env=opts.env, recipe_root=plan.recipe.root)
+        with log.step(f"publish to {target.label}"):
+            published = publish.publish([result.wheel], target, import_modules=plan.recipe.verify.import_modules,
+                                        python=python, env=opts.env,
+                                        log_path=plan.cache_dir / "logs" / f"publish-{plan.recipe.name}.log")
+        outcome.record("publish", "done", time.monotonic() - t, **published.to_dict())
+    else:
+        outcome.record("publish", "skipped: the recipe has no [publish] target", 0.0)
+    # Serving (sglang flags, systemd unit, health check) is not part of this version.
+    outcome.record("serve", "not in this version of build-kernel", 0.0)
+    return {"recipe": plan.recipe.name, "wheel": str(result.wheel), "version": result.version, "stages": outcome.stages}
 
 
 def render(summary: dict[str, Any]) -> Table:

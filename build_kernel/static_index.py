@@ -21,6 +21,7 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server must read the pages
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -215,7 +215,8 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, python: str = 
 def _import_check(report: Report, site: Path, spec: Verify, archs: tuple[Arch, ...], python: str, gpu_check: str,
                   tmp: Path, cuda_home: str | None, libs: list[Path]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env["PYTHONPATH"] = str(site)
+    # The wheel first; then build_kernel itself, for its GPU checks (never the package).
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(Path(__file__).resolve().parent.parent)])
     env["PYTHONNOUSERSITE"] = "1"
     if _needs_libcuda(libs):
         stub = _driver_stub_dir(tmp, cuda_home)
@@ -229,7 +230,7 @@ def _import_check(report: Report, site: Path, spec: Verify, archs: tuple[Arch, .
             else:
                 report.warnings.append("libcuda.so.1 is neither installed nor available as a toolkit stub")
     probe = {"modules": list(spec.import_modules), "namespace": spec.op_namespace, "ops": list(spec.ops),
-             "gpu_check": gpu_check, "archs": [a.torch for a in archs]}
+             "gpu_check": gpu_check or spec.gpu_check, "archs": [a.torch for a in archs]}
     proc = subprocess.run([python, "-c", _IMPORT_PROBE, json.dumps(probe)], capture_output=True, text=True,
                           cwd=tmp, env=env, check=False, timeout=600)
     marker = next((l for l in proc.stdout.splitlines() if l.startswith("@@RESULT@@")), None)

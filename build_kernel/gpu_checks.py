@@ -1,0 +1,52 @@
+"""Kernel checks run on a real GPU by `verify`, in the clean import process.
+
+Each check returns a dict with `ok`, the measured error and its tolerance. The
+references are computed here, in float64, from the op's documented definition, not
+taken from the package under test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# An element is off by at most half an e2m1 step (1.0 between 4 and 6, of a block max
+# of 6) plus e4m3 scale rounding (2^-4 relative): 1/6 + 1/16 < 0.25 of the block amax.
+FP4_BLOCK_TOLERANCE = 0.25
+
+
+def _dequant_nvfp4(packed: Any, scales: Any, global_scale: float, torch: Any) -> Any:
+    """Two e2m1 codes per byte (low nibble first), one e4m3 scale per 16 values."""
+    table = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float64)
+    p = packed.cpu().to(torch.int64)
+    codes = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
+    values = table[codes]
+    block_scale = scales.cpu().view(torch.float8_e4m3fn).to(torch.float64)
+    return values * block_scale.repeat_interleave(16, dim=1) / global_scale
+
+
+def minikernel_nvfp4() -> dict[str, Any]:
+    """scaled_fp4_quant on random inputs vs a float64 reference, per 16-value block."""
+    import torch
+
+    import minikernel  # noqa: F401  (loads the op library)
+
+    worst, rows = 0.0, []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        gen = torch.Generator(device="cpu").manual_seed(1234)
+        x = (torch.randn(128, 512, generator=gen, dtype=torch.float64) * 4).to(dtype)
+        x64 = x.to(torch.float64)
+        global_scale = float(448.0 * 6.0 / x64.abs().max())
+        packed, scales = torch.ops.minikernel.scaled_fp4_quant(
+            x.cuda(), torch.tensor([global_scale], dtype=torch.float32, device="cuda"))
+        torch.cuda.synchronize()
+        deq = _dequant_nvfp4(packed, scales, global_scale, torch)
+        blocks = x64.reshape(x64.shape[0], -1, 16)
+        err = (deq.reshape_as(blocks) - blocks).abs().amax(dim=-1)
+        amax = blocks.abs().amax(dim=-1).clamp_min(1e-30)
+        rel = float((err / amax).max())
+        worst = max(worst, rel)
+        rows.append({"dtype": str(dtype).replace("torch.", ""), "max_block_rel_err": round(rel, 5)})
+    return {"check": "nvfp4 quantize vs float64 reference", "device": torch.cuda.get_device_name(),
+            "max_block_rel_err": round(worst, 5), "tolerance": FP4_BLOCK_TOLERANCE,
+            "ok": worst <= FP4_BLOCK_TOLERANCE, "by_dtype": rows}
