@@ -28,6 +28,7 @@ class Options:
     arch: str | None
     jobs: int | None
     cache_dir: Path | None
+    output_dir: Path | None
     json: bool
     debug: bool
 
@@ -35,7 +36,8 @@ class Options:
         chosen = name or self.recipe
         if not chosen:
             raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
-        return resolve(recipe.load(chosen), arch=self.arch, jobs=self.jobs, cache_dir=self.cache_dir)
+        return resolve(recipe.load(chosen), arch=self.arch, jobs=self.jobs, cache_dir=self.cache_dir,
+                       output_dir=self.output_dir)
 
 
 def emit(opts: Options, data: Any, human: Any) -> None:
@@ -60,6 +62,7 @@ recipe_option = click.option("--recipe", "-r", "recipe_name", metavar="NAME", he
 @click.option("--arch", metavar="LIST", help="Arch list, e.g. 12.0a (overrides ARCH and the recipe).")
 @click.option("--jobs", "-j", type=int, help="Compile jobs (overrides MAX_JOBS and the recipe).")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Cache folder (default: $BUILD_KERNEL_CACHE_DIR or ~/.cache/build-kernel).")
+@click.option("--output-dir", type=click.Path(path_type=Path), help="Where wheels go (default: $BUILD_KERNEL_OUTPUT_DIR or wheels/).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("--offline", is_flag=True, help="Pipeline: use only cached sources; never touch the network.")
@@ -69,12 +72,12 @@ recipe_option = click.option("--recipe", "-r", "recipe_name", metavar="NAME", he
 @click.version_option(__version__)
 @click.pass_context
 def cli(ctx: click.Context, recipe: str | None, arch: str | None, jobs: int | None, cache_dir: Path | None,
-        as_json: bool, debug: bool, offline: bool, force: bool, dry_run: bool, gpu_check: str) -> None:
+        output_dir: Path | None, as_json: bool, debug: bool, offline: bool, force: bool, dry_run: bool, gpu_check: str) -> None:
     """Build GPU kernel libraries from pinned, patched source.
 
     `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
     """
-    ctx.obj = Options(recipe, arch, jobs, cache_dir, as_json, debug)
+    ctx.obj = Options(recipe, arch, jobs, cache_dir, output_dir, as_json, debug)
     if ctx.invoked_subcommand is None:
         if not recipe:
             click.echo(ctx.get_help())

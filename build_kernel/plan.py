@@ -1,7 +1,8 @@
 """Resolve a recipe into the one plan every stage reads.
 
 Precedence, lowest first (after cibuildwheel's OptionsReader): built-in default <
-recipe < environment (`ARCH`, `MAX_JOBS`, `BUILD_KERNEL_CACHE_DIR`) < command line.
+recipe < environment (`ARCH`, `MAX_JOBS`, `BUILD_KERNEL_CACHE_DIR`, `BUILD_KERNEL_OUTPUT_DIR`)
+< command line.
 Stage code never reads os.environ itself: it gets this plan.
 """
 
@@ -129,6 +130,7 @@ def resolve(
             raise RecipeError([f"{jobs_source}: jobs: {jobs_value!r} is not a positive number (or use auto)"]) from None
         job_plan = JobPlan(n, f"jobs = {n} (set by {jobs_source})", b.job_memory_gb, jobs_source)
     cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
+    output, _ = _pick(output_dir, env, "BUILD_KERNEL_OUTPUT_DIR", None)
     return Plan(
         recipe=recipe,
         archs=archs,
@@ -136,6 +138,6 @@ def resolve(
         jobs=job_plan,
         series=load_series(recipe.series_dir),
         cache_dir=Path(cache) if cache else default_cache_dir(env),
-        output_dir=Path(output_dir) if output_dir else recipe.root / "wheels",
+        output_dir=Path(output) if output else recipe.root / "wheels",
         resources=res,
     )
