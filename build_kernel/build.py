@@ -134,11 +134,16 @@ def oom_killed(output: str) -> str | None:
 
 
 def first_error(output: str) -> str:
-    for line in output.splitlines():
+    """The first real error line; CMake puts the reason on the lines after `CMake Error at`."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
         if ERROR_LINE.search(line) and "warning" not in line.lower():
+            if line.lstrip().startswith("CMake Error"):
+                reason = " ".join(l.strip() for l in lines[i + 1:i + 4] if l.strip())
+                return f"{line.strip()} {reason}".strip()
             return line.strip()
-    lines = [l for l in output.splitlines() if l.strip()]
-    return lines[-1].strip() if lines else "(no output)"
+    rest = [l for l in lines if l.strip()]
+    return rest[-1].strip() if rest else "(no output)"
 
 
 def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, on_line: Callable[[str], None]) -> tuple[int, str]:

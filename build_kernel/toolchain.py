@@ -73,16 +73,17 @@ def _version(text: str | None, pattern: str) -> str | None:
     return m.group(1) if m else None
 
 
-def find_nvcc(env: dict[str, str], path: str | None = None) -> str | None:
-    """nvcc from CUDA_HOME/CUDA_PATH, then PATH, then /usr/local/cuda*."""
+def find_nvcc(env: dict[str, str], path: str | None = None, roots: tuple[str, ...] = ("/usr/local",)) -> str | None:
+    """nvcc from CUDA_HOME/CUDA_PATH, then PATH, then <root>/cuda*."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var) and Path(env[var], "bin", "nvcc").is_file():
             return str(Path(env[var], "bin", "nvcc"))
     found = which("nvcc", path=path if path is not None else env.get("PATH"))
     if found:
         return found
-    for candidate in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"), reverse=True):
-        return str(candidate)
+    for root in roots:
+        for candidate in sorted(Path(root).glob("cuda*/bin/nvcc"), reverse=True):
+            return str(candidate)
     return None
 
 
@@ -93,7 +94,8 @@ def cuda_home_of(nvcc: str) -> str:
     return str(Path(here).parent) if here else str(Path(nvcc).resolve().parent.parent)
 
 
-def detect(python: str = sys.executable, env: dict[str, str] | None = None) -> Facts:
+def detect(python: str = sys.executable, env: dict[str, str] | None = None,
+           cuda_roots: tuple[str, ...] = ("/usr/local",)) -> Facts:
     """Ask every tool for its version; never raises."""
     env = dict(os.environ if env is None else env)
     search = env.get("PATH")
@@ -109,7 +111,7 @@ def detect(python: str = sys.executable, env: dict[str, str] | None = None) -> F
     facts["ninja"], facts["ninja_version"] = ninja, ninja and _version(_out([ninja, "--version"]), r"^(\d+\.\d+(?:\.\d+)?)")
     gcc = env.get("CXX") or which("g++", path=tool_path)
     facts["gcc"], facts["gcc_version"] = gcc, gcc and _version(_out([gcc, "-dumpfullversion"]), r"^(\S+)")
-    nvcc = find_nvcc(env, tool_path)
+    nvcc = find_nvcc(env, tool_path, cuda_roots)
     if nvcc:
         facts["nvcc"] = nvcc
         facts["cuda_home"] = cuda_home_of(nvcc)

@@ -78,3 +78,46 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "build_kernel", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd or REPO_ROOT, check=False)
+
+
+def copy_series(root: Path, names: list[str], version: str, edit: Callable[[str, str], str] | None = None) -> Path:
+    """A variant of patches/minikernel/v1 in a test project: some patches, maybe edited."""
+    from build_kernel.series import write_lock
+
+    source = REPO_ROOT / "patches" / "minikernel" / "v1"
+    target = root / "patches" / "minikernel" / version
+    target.mkdir(parents=True)
+    for name in names:
+        text = (source / name).read_text()
+        (target / name).write_text(edit(name, text) if edit else text)
+    (target / "series").write_text("".join(f"{n}\n" for n in names))
+    (target / "info.toml").write_text((source / "info.toml").read_text())
+    write_lock(target)
+    return target
+
+
+def demo_recipe_text(version: str = "v1", extra_build: str = "") -> str:
+    """recipes/demo.toml, pointed at another series version, maybe with more [build] keys."""
+    text = (REPO_ROOT / "recipes" / "demo.toml").read_text().replace('version = "v1"', f'version = "{version}"')
+    text = text.replace('[publish]\ntarget = "wheels/published"\n', "")
+    return text.replace("[build]\n", f"[build]\n{extra_build}", 1)
+
+
+class DemoBuild:
+    def __init__(self, cache: Path, out: Path, wheel: Path, seconds: float, output: str) -> None:
+        self.cache, self.out, self.wheel, self.seconds, self.output = cache, out, wheel, seconds, output
+
+
+@pytest.fixture(scope="session")
+def demo_build(tmp_path_factory: pytest.TempPathFactory) -> DemoBuild:
+    """The patched miniature for 12.0a, built once per session through `make wheel`."""
+    import time
+
+    cache, out = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("wheels")
+    env = {**os.environ, "BUILD_KERNEL_CACHE_DIR": str(cache), "BUILD_KERNEL_OUTPUT_DIR": str(out), "NO_COLOR": "1"}
+    start = time.monotonic()
+    proc = subprocess.run(["make", "--no-print-directory", "wheel", "RECIPE=demo", "ARCH=12.0a"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [wheel] = list(out.glob("*.whl"))
+    return DemoBuild(cache, out, wheel, time.monotonic() - start, proc.stdout + proc.stderr)

@@ -1,0 +1,93 @@
+"""Real builds of the miniature with CMake 3.28, nvcc 13.0 and torch 2.14 (cu130)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
+
+pytestmark = pytest.mark.slow
+PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+
+
+def cli_build(project: Path, recipe: str, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("--cache-dir", str(cache), "--output-dir", str(project / "wheels"), *extra, "--json",
+                   "build", "--recipe", str(project / "recipes" / f"{recipe}.toml"))
+
+
+def test_make_wheel_builds_stamped_wheel_and_second_run_is_a_cache_hit(demo_build: DemoBuild, tmp_path: Path) -> None:
+    name = demo_build.wheel.name
+    assert name.startswith("minikernel-0.1.0+cu130.torch2.14.sm120a.g") and name.endswith(".whl")
+    with zipfile.ZipFile(demo_build.wheel) as zf:
+        metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        version = next(l for l in zf.read(metadata).decode().splitlines() if l.startswith("Version: "))[9:]
+        provenance = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))))
+    assert version in name and "+cu130.torch2.14.sm120a.g" in version
+    assert provenance["archs"] == ["12.0a"] and provenance["toolchain"]["nvcc_version"] == "13.0"
+    assert provenance["patches"] and all(len(v) == 64 for v in provenance["patches"].values())
+    assert provenance["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"].startswith(str(demo_build.cache))
+    # pip installs it, and pip's view of the version carries the local label.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                    str(demo_build.wheel)], check=True)
+    shown = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; print(m.version('minikernel'))"],
+                           env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == version
+    # Same inputs: the cache answers, nothing is compiled.
+    env = {**os.environ, "BUILD_KERNEL_CACHE_DIR": str(demo_build.cache), "BUILD_KERNEL_OUTPUT_DIR": str(demo_build.out)}
+    again = subprocess.run(["make", "--no-print-directory", "wheel", "RECIPE=demo", "ARCH=12.0a"], cwd=REPO_ROOT,
+                           env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and "cache hit" in again.stdout + again.stderr
+    assert "ninja" not in again.stdout + again.stderr
+
+
+def test_unpatched_miniature_fails_on_cmake_policies(project: Path, tmp_path: Path) -> None:
+    copy_series(project, [], "none")
+    write_recipe(project, "r", demo_recipe_text("none"))
+    proc = cli_build(project, "r", tmp_path / "cache")
+    assert proc.returncode == 6, proc.stderr
+    assert 'Policy "CMP0169" is not known to this version of CMake' in proc.stderr
+    assert "full log:" in proc.stderr
+
+
+def test_policy_guard_alone_then_fails_on_cccl_include(project: Path, tmp_path: Path) -> None:
+    copy_series(project, PATCHES[:1], "p1")
+    write_recipe(project, "r", demo_recipe_text("p1"))
+    proc = cli_build(project, "r", tmp_path / "cache")
+    assert proc.returncode == 6, proc.stderr
+    assert "cuda/std/array: No such file or directory" in proc.stderr
+
+
+def test_without_arch_patches_12_0a_still_compiles_hopper_code(project: Path, tmp_path: Path) -> None:
+    # Policy guards, CCCL path and C++20: it builds, but TORCH_CUDA_ARCH_LIST=12.0a is ignored.
+    copy_series(project, PATCHES[:3], "p3")
+    write_recipe(project, "r", demo_recipe_text("p3"))
+    proc = cli_build(project, "r", tmp_path / "cache", "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    wheel = Path(json.loads(proc.stdout)["wheel"])
+    verify = run_cli("--json", "verify", str(wheel), "--recipe", str(project / "recipes/r.toml"))
+    report = json.loads(verify.stdout)
+    libs = {lib["path"]: lib["archs"] for lib in report["libraries"]}
+    assert {"sm_90", "sm_90a", "sm_120a"} <= set(libs["minikernel/sm100/common_ops.so"])
+    assert "minikernel/sm90/common_ops.so" in libs and libs["minikernel/flash_ops.so"] == ["sm_90a"]
+    assert any("was not asked for" in w for w in report["warnings"])
+
+
+def test_dead_dependency_pin_fails_without_override(project: Path, tmp_path: Path) -> None:
+    copy_series(project, PATCHES, "v1")
+    recipe = demo_recipe_text()
+    start = recipe.index("[deps.minidep]")
+    end = recipe.index("[verify]")
+    write_recipe(project, "r", recipe[:start] + recipe[end:])
+    proc = cli_build(project, "r", tmp_path / "cache")
+    assert proc.returncode == 6, proc.stderr
+    assert "minidep" in proc.stderr and ("Could not resolve host" in proc.stderr or "reference is not a tree" in proc.stderr
+                                         or "Failed to clone" in proc.stderr or "CMake Error" in proc.stderr)

@@ -1,0 +1,163 @@
+"""Toolchain preflight: each failure is one line with its fix, found before any compile.
+
+Where the real thing can be arranged here (no nvcc on PATH, no ninja, an old CMake, a
+host gcc that nvcc rejects) it is; an older CUDA or a torch for another CUDA cannot be
+installed on this machine, so those two use recorded facts of such machines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from build_kernel import toolchain
+from build_kernel.archs import parse_arch_list
+from build_kernel.resources import cgroup_cpu_quota, cgroup_memory_headroom, plan_jobs, Resources
+from tests.conftest import run_cli
+
+ARCH = parse_arch_list("12.0a")
+
+
+@pytest.fixture(scope="module")
+def facts() -> toolchain.Facts:
+    found = toolchain.detect()
+    if not found.nvcc or not found.torch_cuda:
+        pytest.skip("needs nvcc and a CUDA build of torch (make test installs them)")
+    return found
+
+
+def only_tools(tmp_path: Path, *names: str) -> str:
+    """A PATH holding just these tools."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in names:
+        real = shutil.which(name)
+        assert real, name
+        (bin_dir / name).symlink_to(real)
+    return str(bin_dir)
+
+
+def test_healthy_toolchain_has_no_problems(facts: toolchain.Facts) -> None:
+    assert toolchain.preflight(facts, ARCH, cmake_spec=">=3.26", want_cuda="13.0") == []
+
+
+def test_nvcc_missing(tmp_path: Path) -> None:
+    env = {"PATH": only_tools(tmp_path, "g++", "git")}
+    found = toolchain.detect(env=env, cuda_roots=())
+    problems = toolchain.preflight(found, ARCH, cmake_spec=">=3.26", want_cuda="13.0")
+    assert any(p.startswith("nvcc not found: install the CUDA toolkit, set CUDA_HOME") for p in problems)
+
+
+def test_ninja_missing(tmp_path: Path) -> None:
+    fake_env = tmp_path / "env"
+    fake_env.mkdir()
+    (fake_env / "python").symlink_to(sys.executable)
+    found = toolchain.detect(str(fake_env / "python"), env={"PATH": only_tools(tmp_path, "g++", "git")}, cuda_roots=())
+    assert "ninja not found: pip install ninja" in toolchain.preflight(found, ARCH, cmake_spec=">=3.26", want_cuda="")
+
+
+def test_cmake_below_recipe_minimum(facts: toolchain.Facts) -> None:
+    [problem] = toolchain.preflight(facts, ARCH, cmake_spec=">=99.0", want_cuda="13.0")
+    assert problem.startswith(f"cmake {facts.cmake_version} (") and "does not satisfy >=99.0: pip install 'cmake>=99.0'" in problem
+
+
+def test_nvcc_too_old_for_sm120a(facts: toolchain.Facts) -> None:
+    # Recorded from a CUDA 12.6 machine: its nvcc lists no compute_120.
+    old = replace(facts, nvcc_version="12.6", nvcc_archs=("75", "80", "86", "87", "89", "90"), torch_cuda="12.6")
+    [problem] = toolchain.preflight(old, ARCH, cmake_spec=">=3.26", want_cuda="")
+    assert "cannot target sm_120a: it needs CUDA >= 12.8" in problem
+    sm121 = toolchain.preflight(replace(old, nvcc_version="12.8", nvcc_archs=("90", "100", "120"), torch_cuda="12.8"),
+                                parse_arch_list("12.1a"), cmake_spec=">=3.26", want_cuda="")
+    assert sm121 and "needs CUDA >= 12.9" in sm121[0]
+
+
+def test_torch_cuda_major_differs_from_nvcc(facts: toolchain.Facts) -> None:
+    # The classic: system CUDA 13.1, torch built for 12.8.
+    mismatch = replace(facts, nvcc_version="13.1", torch_cuda="12.8", torch_version="2.9.1+cu128")
+    problems = toolchain.preflight(mismatch, ARCH, cmake_spec=">=3.26", want_cuda="")
+    assert any("torch 2.9.1+cu128 was built for CUDA 12.8 but nvcc is CUDA 13.1" in p for p in problems)
+
+
+def test_cpu_torch_is_refused(facts: toolchain.Facts) -> None:
+    problems = toolchain.preflight(replace(facts, torch_cuda=None, torch_version="2.13.0+cpu"), ARCH,
+                                   cmake_spec=">=3.26", want_cuda="13.0")
+    assert any("is a CPU build: install a CUDA build of torch" in p for p in problems)
+
+
+def test_host_compiler_rejected_by_nvcc(facts: toolchain.Facts, tmp_path: Path) -> None:
+    # A real g++ posing as GCC 99: nvcc's own host_config.h refuses it.
+    fake = tmp_path / "g++-99"
+    fake.write_text(f"#!/bin/sh\nexec {shutil.which('g++')} -D__GNUC__=99 -Wno-builtin-macro-redefined \"$@\"\n")
+    fake.chmod(0o755)
+    assert facts.nvcc
+    problem = toolchain.check_host_compiler(facts.nvcc, str(fake))
+    assert problem and problem.startswith(f"nvcc rejects host compiler {fake}") and "GNU" in problem
+    assert toolchain.check_host_compiler(facts.nvcc, shutil.which("g++")) is None
+
+
+def test_doctor_reports_problems_with_exit_code(tmp_path: Path) -> None:
+    proc = run_cli("--json", "doctor", "--recipe", "demo", env={"PATH": only_tools(tmp_path, "g++", "git")})
+    # The interpreter's own bin (cmake, ninja from the venv) still counts; nvcc may be found
+    # under /usr/local: the point is that doctor answers in JSON and exits 3 or 0 honestly.
+    import json
+
+    data = json.loads(proc.stdout)
+    assert proc.returncode == (3 if data["problems"] else 0)
+    assert data["resources"]["cpus"] >= 1 and "tools" in data
+
+
+def fake_cgroup(root: Path, rel: str, files: dict[str, str]) -> None:
+    folder = root / rel.lstrip("/")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+def test_cgroup_v2_limit_is_smallest_up_the_tree(tmp_path: Path) -> None:
+    GB = 1024**3
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/a/b\n")
+    fake_cgroup(tmp_path / "fs", "/a/b", {"memory.max": "max", "memory.current": str(1 * GB), "cpu.max": "200000 100000"})
+    fake_cgroup(tmp_path / "fs", "/a", {"memory.max": str(24 * GB), "memory.current": str(4 * GB), "cpu.max": "max 100000"})
+    room, why = cgroup_memory_headroom(tmp_path / "fs", proc)
+    assert room == 20 * GB and "memory.max 24.0 GB" in why
+    assert cgroup_cpu_quota(tmp_path / "fs", proc) == 2.0
+
+
+def test_cgroup_v1_limit(tmp_path: Path) -> None:
+    GB = 1024**3
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/job\n0::/\n")
+    fake_cgroup(tmp_path / "fs", "/memory/job", {"memory.limit_in_bytes": str(10 * GB), "memory.usage_in_bytes": str(3 * GB)})
+    fake_cgroup(tmp_path / "fs", "/memory", {"memory.limit_in_bytes": "9223372036854771712"})
+    fake_cgroup(tmp_path / "fs", "/cpu", {"cpu.cfs_quota_us": "150000", "cpu.cfs_period_us": "100000"})
+    room, why = cgroup_memory_headroom(tmp_path / "fs", proc)
+    assert room == 7 * GB and why.startswith("cgroup v1")
+    assert cgroup_cpu_quota(tmp_path / "fs", proc) == 1.5
+
+
+def test_no_cgroup_limit(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/\n")
+    (tmp_path / "fs").mkdir()
+    assert cgroup_memory_headroom(tmp_path / "fs", proc) == (None, "no cgroup memory limit")
+
+
+def test_jobs_follow_memory_not_cpus() -> None:
+    GB = 1024**3
+    # 128-core host inside a 24 GB container: 14.2 GB FP4 TUs allow one job, not 128.
+    small = Resources(cpus=128, cpus_why="t", memory_bytes=24 * GB, memory_why="cgroup")
+    assert plan_jobs(small, job_memory_gb=14.2, nvcc_threads=1, n_archs=1, reserve_gb=4).jobs == 1
+    # nvcc --threads=4 over 7 archs keeps 4 cicc alive per job.
+    big = Resources(cpus=16, cpus_why="t", memory_bytes=100 * GB, memory_why="cgroup")
+    plan = plan_jobs(big, job_memory_gb=10, nvcc_threads=4, n_archs=7, reserve_gb=4)
+    assert plan.jobs == 2 and "(10 GB x 4 arch(s) in flight)" in plan.derivation
+    # Never zero, never more than the CPUs.
+    tiny = Resources(cpus=2, cpus_why="t", memory_bytes=1 * GB, memory_why="t")
+    assert plan_jobs(tiny, job_memory_gb=10, nvcc_threads=1, n_archs=1, reserve_gb=2).jobs == 1
+    assert plan_jobs(big, job_memory_gb=0.5, nvcc_threads=1, n_archs=1, reserve_gb=2).jobs == 16
