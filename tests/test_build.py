@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
 PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
@@ -82,12 +82,23 @@ def test_without_arch_patches_12_0a_still_compiles_hopper_code(project: Path, tm
 
 
 def test_dead_dependency_pin_fails_without_override(project: Path, tmp_path: Path) -> None:
+    # A real minidep repo that lacks the pinned commit, like DeepGEMM after its force-push.
+    dep_repo, _ = tmp_path / "minidep", commit_files(tmp_path / "minidep", {
+        p.relative_to(REPO_ROOT / "examples/minidep").as_posix(): p.read_text()
+        for p in (REPO_ROOT / "examples/minidep").rglob("*") if p.is_file()})
     copy_series(project, PATCHES, "v1")
     recipe = demo_recipe_text()
-    start = recipe.index("[deps.minidep]")
-    end = recipe.index("[verify]")
-    write_recipe(project, "r", recipe[:start] + recipe[end:])
+    without_override = recipe[:recipe.index("[deps.minidep]")] + recipe[recipe.index("[verify]"):]
+    write_recipe(project, "r", without_override.replace(
+        "[build.defines]\n", f'[build.defines]\nMINIKERNEL_MINIDEP_REPO = "{dep_repo}"\n'))
     proc = cli_build(project, "r", tmp_path / "cache")
     assert proc.returncode == 6, proc.stderr
-    assert "minidep" in proc.stderr and ("Could not resolve host" in proc.stderr or "reference is not a tree" in proc.stderr
-                                         or "Failed to clone" in proc.stderr or "CMake Error" in proc.stderr)
+    log = Path(proc.stderr.split("full log: ")[1].split(" ")[0].rstrip(";")).read_text()
+    assert "reference is not a tree: 0d4c3b2a1f9e8d7c6b5a49382716f5e4d3c2b1a0" in log
+    assert "Failed to checkout tag" in proc.stderr or "minidep" in proc.stderr
+    # The recipe's [deps.minidep] override (the demo recipe as shipped) makes the same tree build.
+    write_recipe(project, "r", recipe.replace(
+        "[build.defines]\n", f'[build.defines]\nMINIKERNEL_MINIDEP_REPO = "{dep_repo}"\n'))
+    fixed = cli_build(project, "r", tmp_path / "cache")
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads(fixed.stdout)["provenance"]["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"]
