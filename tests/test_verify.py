@@ -1,0 +1,117 @@
+"""verify on real wheels: missing arch, FP4 compiled out, missing op, flash_attn raising."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from build_kernel import recipe as recipe_mod
+from build_kernel import verify
+from build_kernel.archs import parse_arch_list
+from build_kernel.errors import VerifyError
+from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
+
+pytestmark = pytest.mark.slow
+PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+DEMO = recipe_mod.load("demo")
+ARCH = parse_arch_list("12.0a")
+
+
+def build_variant(project: Path, tmp_path: Path, version: str, *args: str) -> Path:
+    write_recipe(project, "r", demo_recipe_text(version))
+    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--output-dir", str(project / "wheels"), *args,
+                   "--json", "build", "--recipe", str(project / "recipes/r.toml"))
+    assert proc.returncode == 0, proc.stderr
+    return Path(json.loads(proc.stdout)["wheel"])
+
+
+def test_good_wheel_passes_on_a_gpu_less_host(demo_build: DemoBuild) -> None:
+    report = verify.verify(demo_build.wheel, DEMO.verify, ARCH)
+    assert report.passed, report.failures
+    [lib] = report.libraries
+    assert lib.path == "minikernel/sm100/common_ops.so" and lib.archs == ["sm_120a"] and not lib.extra
+    assert lib.fp4_matches and lib.fp4_matches["sm_120a:F2FP\\.SATFINITE\\.E2M1"] > 0
+    assert report.imports == {"minikernel": "ok", "minikernel.flash_attn": "ok"}
+    assert report.ops_found == ["scaled_fp4_quant", "silu_and_mul"]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert report.gpu == {"status": "skipped", "why": "no GPU"}
+    record = json.loads(demo_build.wheel.with_name(demo_build.wheel.name + ".verify.json").read_text())
+    assert record["passed"] and verify.require_verified(demo_build.wheel)["sha256"] == record["sha256"]
+
+
+def test_cli_table_and_json_agree(demo_build: DemoBuild) -> None:
+    table = run_cli("verify", str(demo_build.wheel), "--recipe", "demo")
+    assert table.returncode == 0 and "passed" in table.stdout and "sm_120a" in table.stdout
+    data = json.loads(run_cli("--json", "verify", str(demo_build.wheel), "--recipe", "demo").stdout)
+    assert data["passed"] is True and data["asked"] == ["sm_120a"]
+
+
+def test_missing_op_fails(demo_build: DemoBuild) -> None:
+    spec = replace(DEMO.verify, ops=(*DEMO.verify.ops, "scaled_fp4_experts_quant"))
+    report = verify.verify(demo_build.wheel, spec, ARCH)
+    assert not report.passed
+    assert "ops missing from torch.ops.minikernel: scaled_fp4_experts_quant" in report.failures
+
+
+def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Path) -> None:
+    # The same real wheel with upstream's unpatched flash_attn.py (raises without flash_ops).
+    unpacked = tmp_path / "unpacked"
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(unpacked), str(demo_build.wheel)], check=True,
+                   capture_output=True)
+    [root] = list(unpacked.iterdir())
+    shutil.copy(REPO_ROOT / "examples/minikernel/python/minikernel/flash_attn.py", root / "minikernel/flash_attn.py")
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(root)], check=True, capture_output=True)
+    [broken] = list(out.glob("*.whl"))
+    report = verify.verify(broken, DEMO.verify, ARCH)
+    assert not report.passed
+    assert any(f.startswith("import minikernel.flash_attn failed: ImportError") for f in report.failures)
+    with pytest.raises(VerifyError, match="failed verification: import minikernel.flash_attn failed"):
+        verify.require_verified(broken)
+
+
+def test_wheel_lacking_sm120a_fails(project: Path, tmp_path: Path) -> None:
+    copy_series(project, PATCHES, "v1")
+    wheel = build_variant(project, tmp_path, "v1", "--arch", "10.0a")
+    report = verify.verify(wheel, DEMO.verify, ARCH)
+    assert not report.passed
+    assert "minikernel/sm100/common_ops.so: no cubin for sm_120a (has sm_100a)" in report.failures
+    assert any("sm_100a was not asked for" in w for w in report.warnings)
+
+
+def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path) -> None:
+    # Upstream's failure mode: NVFP4 gated on a version variable that is empty where it is
+    # read (CUDA_VERSION before torch's FindCUDA ran); here a misspelt name, equally empty.
+    def gate_on_empty_cuda_version(name: str, text: str) -> str:
+        if "honour-torch-cuda-arch-list" not in name:
+            return text
+        gated = text.replace('AND "${MINIKERNEL_CUDA_VERSION}" VERSION_GREATER_EQUAL "12.8")',
+                             'AND "${MINIKERNEL_CUDA_VER}" VERSION_GREATER_EQUAL "12.8")')
+        assert gated != text
+        return gated
+
+    copy_series(project, PATCHES, "nofp4", edit=gate_on_empty_cuda_version)
+    wheel = build_variant(project, tmp_path, "nofp4")
+    report = verify.verify(wheel, DEMO.verify, ARCH)
+    assert not report.passed
+    [failure] = report.failures
+    assert "no FP4 instructions (F2FP\\.SATFINITE\\.E2M1) in its sm_120a SASS" in failure
+    assert "ENABLE_NVFP4 off?" in failure
+    # The op is registered all the same: registration proves nothing.
+    assert "scaled_fp4_quant" in report.ops_found
+
+
+def test_unverified_wheel_is_refused(tmp_path: Path, demo_build: DemoBuild) -> None:
+    copy = tmp_path / demo_build.wheel.name
+    shutil.copy(demo_build.wheel, copy)
+    with pytest.raises(VerifyError, match="has not been verified.*build-kernel verify"):
+        verify.require_verified(copy)
