@@ -123,6 +123,12 @@ def recipes_show(opts: Options, name: str) -> None:
     emit(opts, data, json.dumps(data, indent=2, default=str))
 
 
+@recipes_group.command("reference")
+def recipes_reference() -> None:
+    """The recipe reference (Markdown), generated from the recipe model."""
+    click.echo(recipe.reference_markdown(), nl=False)
+
+
 @cli.command("plan")
 @recipe_option
 @click.pass_obj

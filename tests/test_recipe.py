@@ -190,3 +190,11 @@ def test_recipes_list_json() -> None:
     assert proc.returncode == 0, proc.stderr
     names = {row["name"]: row for row in json.loads(proc.stdout)}
     assert names["nightly-cu130"]["ok"] and names["nightly-cu130"]["archs"] == ["12.0a"]
+
+
+def test_recipe_reference_doc_is_generated_from_the_model() -> None:
+    proc = run_cli("recipes", "reference")
+    assert proc.returncode == 0
+    committed = (Path(__file__).resolve().parent.parent / "docs/recipe-reference.md").read_text()
+    assert proc.stdout == committed, "run `build-kernel recipes reference > docs/recipe-reference.md`"
+    assert "| `job_memory_gb` |" in committed and "## [deps.NAME]" in committed

@@ -1,0 +1,95 @@
+"""Side-by-side benchmarks on the bundled miniature (one run, ratios, not lone times).
+
+1. Full build vs cache hit of the same recipe (same machine, same run).
+2. (TU, arch) compile units and build time: 12.0a with the full series vs upstream's
+   hard-coded arch list (series without the arch patch), both asked for 12.0a.
+
+    python bench/run.py [--out bench/results/NAME.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from build_kernel import build, buildenv, recipe, workspace  # noqa: E402
+from build_kernel.plan import resolve  # noqa: E402
+from build_kernel.series import write_lock  # noqa: E402
+
+
+def project_with(tmp: Path, patches: list[str], version: str) -> Path:
+    """A throw-away project root whose demo recipe uses a subset of the miniature series."""
+    proj = tmp / f"proj-{version}"
+    (proj / "recipes").mkdir(parents=True)
+    series = proj / "patches" / "minikernel" / version
+    series.mkdir(parents=True)
+    src = ROOT / "patches" / "minikernel" / "v1"
+    for name in patches:
+        shutil.copy(src / name, series / name)
+    shutil.copy(src / "info.toml", series / "info.toml")
+    (series / "series").write_text("".join(f"{n}\n" for n in patches))
+    write_lock(series)
+    text = (ROOT / "recipes" / "demo.toml").read_text().replace('version = "v1"', f'version = "{version}"')
+    text = text.replace("[build.defines]\n", '[build.defines]\nCMAKE_EXPORT_COMPILE_COMMANDS = "ON"\n')
+    (proj / "recipes" / "demo.toml").write_text(text)
+    return proj
+
+
+def run_build(proj: Path, cache: Path, jobs: int | None = None) -> tuple[float, build.BuildResult]:
+    plan = resolve(recipe.load("demo", proj), cache_dir=cache, output_dir=proj / "wheels", jobs=jobs)
+    tree = workspace.prepare(plan)
+    start = time.monotonic()
+    result = build.build(plan, tree, buildenv.python_for(plan))
+    return time.monotonic() - start, result
+
+
+def compile_units(cache: Path, key: str) -> tuple[int, int]:
+    """(TUs, (TU, arch) units) from the CMake build folder's compile_commands.json."""
+    commands = json.loads((cache / "build" / key / "cmake" / "compile_commands.json").read_text())
+    units = 0
+    for entry in commands:
+        archs = set(re.findall(r"code=(sm_\d+[af]?)", entry["command"]))
+        units += max(1, len(archs))
+    return len(commands), units
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
+    args = parser.parse_args()
+    patches = sorted(p.name for p in (ROOT / "patches/minikernel/v1").glob("*.patch"))
+    with tempfile.TemporaryDirectory(prefix="bk-bench-") as tmp_str:
+        tmp = Path(tmp_str)
+        full = project_with(tmp, patches, "v1")
+        upstream_archs = project_with(tmp, [p for p in patches if "arch-list" not in p and "fa3" not in p], "noarch")
+        cold_s, cold = run_build(full, tmp / "cache-a")
+        hit_s, hit = run_build(full, tmp / "cache-a")
+        assert hit.cached and not cold.cached
+        ours_tu, ours_units = compile_units(tmp / "cache-a", cold.key)
+        up_s, up = run_build(upstream_archs, tmp / "cache-b")
+        up_tu, up_units = compile_units(tmp / "cache-b", up.key)
+    results = {
+        "machine": {"cpus": cold.provenance["jobs"], "python": sys.version.split()[0]},
+        "full_build_s": round(cold_s, 2), "cache_hit_s": round(hit_s, 3),
+        "full_over_cache_hit": round(cold_s / hit_s, 1),
+        "ours_12_0a": {"tus": ours_tu, "tu_arch_units": ours_units, "build_s": round(cold_s, 1)},
+        "upstream_arch_list_asked_12_0a": {"tus": up_tu, "tu_arch_units": up_units, "build_s": round(up_s, 1)},
+        "units_ratio_upstream_over_ours": round(up_units / ours_units, 1),
+        "build_time_ratio_upstream_over_ours": round(up_s / cold_s, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
