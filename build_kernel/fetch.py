@@ -50,8 +50,13 @@ def _has_commit(mirror: git.Repo, sha: str) -> bool:
 
 
 def _git_error(exc: git.GitCommandError) -> str:
-    lines = [l.strip() for l in str(exc.stderr or exc).splitlines() if l.strip()]
-    return lines[-1].strip("'") if lines else str(exc)
+    """git's own `fatal:`/`error:` line, without GitPython's wrapping."""
+    lines = [re.sub(r"^stderr:\s*", "", l.strip()).strip("'").strip() for l in str(exc.stderr or exc).splitlines()]
+    lines = [l for l in lines if l]
+    for line in lines:
+        if line.startswith(("fatal:", "error:")):
+            return line
+    return lines[-1] if lines else f"git exited {exc.status}"
 
 
 def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allow_floating: bool = False) -> tuple[Path, str]:

@@ -40,7 +40,7 @@ def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
     outcome = Outcome()
     if opts.dry_run:
         for stage in opts.stages:
-            outcome.record(stage, "planned", 0.0)
+            outcome.record(stage, "not in this version of build-kernel" if stage == "serve" else "planned", 0.0)
         return {"recipe": plan.recipe.name, "dry_run": True, "plan": plan.to_dict(), "stages": outcome.stages}
     t = time.monotonic()
     with log.step(f"fetch + patch {plan.recipe.source.commit[:12]} ({len(plan.series.patches)} patches)"):

@@ -268,3 +268,10 @@ def test_refresh_regenerates_patch_from_edited_commit(project: Path, upstream: t
     fresh = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
     tree = workspace.prepare(fresh)
     assert (tree.project / "added.txt").read_text() == "added by a refreshed patch\n"
+
+
+def test_unreachable_repo_names_git_reason(project: Path, tmp_path: Path) -> None:
+    plan = make_plan(project, tmp_path / "no-such-repo", "1" * 40, tmp_path / "cache")
+    with pytest.raises(FetchError, match=r"cannot clone .*no-such-repo: fatal: .*does not exist"):
+        workspace.prepare(plan)
+    assert not list((tmp_path / "cache" / "mirrors").glob("*.git"))  # no half-made mirror
