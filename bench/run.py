@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from build_kernel import build, buildenv, recipe, workspace  # noqa: E402
 from build_kernel.plan import resolve  # noqa: E402
+from build_kernel.resources import probe  # noqa: E402
 from build_kernel.series import write_lock  # noqa: E402
 
 
@@ -77,8 +78,10 @@ def main() -> None:
         ours_tu, ours_units = compile_units(tmp / "cache-a", cold.key)
         up_s, up = run_build(upstream_archs, tmp / "cache-b")
         up_tu, up_units = compile_units(tmp / "cache-b", up.key)
+    res = probe()
     results = {
-        "machine": {"cpus": cold.provenance["jobs"], "python": sys.version.split()[0]},
+        "machine": {"cpus": res.cpus, "memory_gb": round(res.memory_gb, 1), "jobs": cold.provenance["jobs"],
+                    "nvcc": cold.provenance["toolchain"]["nvcc_version"], "torch": cold.provenance["toolchain"]["torch"]},
         "full_build_s": round(cold_s, 2), "cache_hit_s": round(hit_s, 3),
         "full_over_cache_hit": round(cold_s / hit_s, 1),
         "ours_12_0a": {"tus": ours_tu, "tu_arch_units": ours_units, "build_s": round(cold_s, 1)},
