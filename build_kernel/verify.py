@@ -120,6 +120,19 @@ def _tool_env() -> dict[str, str]:
     return env
 
 
+def _install_tools() -> str:
+    """cuobjdump and nvdisasm come as PyPI wheels: install them into the tool's own env."""
+    log.info("cuobjdump not found: installing nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "nvidia-cuda-cuobjdump",
+                           "nvidia-cuda-nvdisasm"], capture_output=True, text=True, check=False)
+    found = find_tool("cuobjdump")
+    if proc.returncode or not found:
+        reason = (proc.stderr.strip().splitlines() or ["installed, but not found"])[-1]
+        raise VerifyError(f"cuobjdump not found and could not be installed: {reason}",
+                          hint="pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, or put the CUDA toolkit's bin on PATH")
+    return found
+
+
 def cubin_archs(so: Path, cuobjdump: str) -> list[str]:
     proc = subprocess.run([cuobjdump, "--list-elf", str(so)], capture_output=True, text=True, check=False)
     if proc.returncode and "does not contain device code" not in (proc.stderr + proc.stdout):
@@ -164,9 +177,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, python: str = 
     """Check one wheel; write `<wheel>.verify.json`; return the report."""
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     report = Report(wheel.name, digest, [a.sm for a in archs])
-    cuobjdump = find_tool("cuobjdump")
-    if not cuobjdump:
-        raise VerifyError("cuobjdump not found", hint="pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    cuobjdump = find_tool("cuobjdump") or _install_tools()
     with tempfile.TemporaryDirectory(prefix="bk-verify-") as tmp_str:
         tmp = Path(tmp_str)
         site = tmp / "site"
