@@ -24,7 +24,7 @@ from pathlib import Path
 import git
 from packaging.version import Version
 
-from build_kernel import log, static_index, toolchain
+from build_kernel import cudawheels, log, static_index, toolchain
 from build_kernel.errors import BuildError
 from build_kernel.plan import Plan
 from build_kernel.workspace import Tree
@@ -89,7 +89,8 @@ def stamp_version(pyproject: Path, version: str) -> None:
     pyproject.write_text(text[: section.start(1)] + body + text[section.end(1):])
 
 
-def cache_key(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, str]) -> str:
+def cache_key(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, str],
+              toolkit: cudawheels.Toolkit | None = None) -> str:
     """Every input that changes the wheel; the same key returns the cached wheel."""
     inputs = {
         "recipe": plan.recipe.digest, "commit": tree.commit, "series": tree.series_digest,
@@ -98,13 +99,32 @@ def cache_key(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str,
         "tools": {k: getattr(facts, k) for k in ("nvcc_version", "torch_version", "torch_cuda", "cmake_version",
                                                   "ninja_version", "gcc_version", "python_version")},
         "env": plan.recipe.build.env,
+        "toolkit": dict(toolkit.packages) if toolkit else None,
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def build_defines(plan: Plan, facts: toolchain.Facts, tree: Tree) -> dict[str, str]:
+def select_toolkit(plan: Plan, python: str, *, offline: bool = False
+                   ) -> tuple[toolchain.Facts, cudawheels.Toolkit | None, str]:
+    """The system toolkit or one assembled from PyPI wheels ([toolchain] cuda_source)."""
+    facts = toolchain.detect(python)
+    t = plan.recipe.toolchain
+    cuda = facts.torch_cuda or t.cuda
+    source, why = cudawheels.choose(t.cuda_source, facts, cuda, plan.archs)
+    log.info(f"CUDA toolkit: {why}")
+    if source == "system":
+        return facts, None, why
+    with log.step(f"CUDA {cuda} toolkit from PyPI wheels"):
+        tk = cudawheels.ensure_toolkit(plan.cache_dir, cuda, python=python, offline=offline)
+    return toolchain.detect(python, env=tk.environ()), tk, why
+
+
+def build_defines(plan: Plan, facts: toolchain.Facts, tree: Tree,
+                  toolkit: cudawheels.Toolkit | None = None) -> dict[str, str]:
     """CMake defines: toolkit view < FetchContent overrides < recipe."""
     defines = toolchain.cmake_defines(facts)
+    if toolkit:
+        defines.update(toolkit.defines)
     defines.update(tree.fetchcontent_defines())
     defines.update(plan.recipe.build.defines)
     return defines
@@ -199,16 +219,16 @@ def _inject_provenance(wheel: Path, python: str, provenance: dict[str, object], 
     return packed
 
 
-def build(plan: Plan, tree: Tree, python: str, *, force: bool = False) -> BuildResult:
+def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: bool = False) -> BuildResult:
     """Build (or take from the cache) the wheel for this plan."""
-    facts = toolchain.detect(python)
+    facts, toolkit, toolkit_why = select_toolkit(plan, python, offline=offline)
     toolchain.require(toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
                                           want_cuda=plan.recipe.toolchain.cuda))
     host = toolchain.check_host_compiler(facts.nvcc, os.environ.get("CUDAHOSTCXX") or facts.gcc) if facts.nvcc else None
     if host:
         toolchain.require([host])
-    defines = build_defines(plan, facts, tree)
-    key = cache_key(plan, facts, tree, defines)
+    defines = build_defines(plan, facts, tree, toolkit)
+    key = cache_key(plan, facts, tree, defines, toolkit)
     cached_dir = plan.cache_dir / "wheels" / key
     logs = plan.cache_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -267,7 +287,9 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False) -> BuildR
         "patches": {p.name: p.sha256 for p in plan.series.patches},
         "toolchain": {"nvcc": facts.nvcc, "cuda_home": facts.cuda_home, "nvcc_version": facts.nvcc_version, "torch": facts.torch_version,
                       "torch_cuda": facts.torch_cuda, "cmake": facts.cmake_version, "ninja": facts.ninja_version,
-                      "gcc": facts.gcc_version, "python": facts.python_version},
+                      "gcc": facts.gcc_version, "python": facts.python_version,
+                      "cuda_source": "wheels" if toolkit else "system", "cuda_source_why": toolkit_why,
+                      "cuda_packages": dict(toolkit.packages) if toolkit else None},
         "archs": [a.torch for a in plan.archs], "defines": defines, "jobs": tried, "oom_kills": kills,
         "job_derivation": plan.jobs.derivation, "key": key,
         "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),

@@ -161,8 +161,20 @@ def doctor_cmd(opts: Options, recipe_name: str | None) -> None:
     name = recipe_name or opts.recipe
     if name:
         p = opts.plan(name)
+        from build_kernel import cudawheels
+
         data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
                                                want_cuda=p.recipe.toolchain.cuda)
+        cuda = facts.torch_cuda or p.recipe.toolchain.cuda
+        try:
+            source, why = cudawheels.choose(p.recipe.toolchain.cuda_source, facts, cuda, p.archs)
+            cached = cudawheels.find_cached(p.cache_dir, cuda, python=sys.executable) if source == "wheels" else None
+            data["cuda_toolkit"] = {"source": source, "why": why, "cached": str(cached.root) if cached else None}
+            if source == "wheels":
+                # The wheels replace the system nvcc: its problems are not the build's.
+                data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
+        except BuildKernelError as exc:
+            data["problems"].append(exc.render())
     table = Table("tool", "found", show_header=False)
     table.add_row("python", f"{facts.python_version} ({facts.python})")
     table.add_row("git", facts.git or "MISSING")
@@ -174,6 +186,8 @@ def doctor_cmd(opts: Options, recipe_name: str | None) -> None:
     table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
     table.add_row("cpus", f"{res.cpus} ({res.cpus_why})")
     table.add_row("memory", f"{res.memory_gb:.1f} GB ({res.memory_why})")
+    if "cuda_toolkit" in data:
+        table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     for problem in data.get("problems", []):
         table.add_row("[red]problem[/]", problem)
     emit(opts, data, table)
@@ -278,7 +292,7 @@ def build_cmd(opts: Options, recipe_name: str | None, offline: bool, force: bool
     python = buildenv.python_for(p)
     with log.step(f"build {p.arch_list} with {p.jobs.jobs} job(s)"):
         log.info(p.jobs.derivation)
-        result = build.build(p, tree, python, force=force)
+        result = build.build(p, tree, python, force=force, offline=offline)
     emit(opts, result.to_dict(), f"{result.wheel}  ({'cache hit' if result.cached else 'built'}, {result.version})")
 
 

@@ -50,7 +50,7 @@ def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
     t = time.monotonic()
     python = buildenv.python_for(plan)
     with log.step(f"build {plan.arch_list} with {plan.jobs.jobs} job(s)"):
-        result = build.build(plan, tree, python, force=opts.force)
+        result = build.build(plan, tree, python, force=opts.force, offline=opts.offline)
     outcome.record("build", "cached" if result.cached else "done", time.monotonic() - t, **result.to_dict())
     t = time.monotonic()
     with log.step(f"verify {result.wheel.name}"):

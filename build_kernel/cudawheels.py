@@ -1,0 +1,430 @@
+"""A hermetic CUDA toolkit from PyPI wheels (nvidia-cuda-nvcc & co.) matching torch's CUDA.
+
+NVIDIA publishes the compiler as wheels: for CUDA 13 they all install into one folder,
+`site-packages/nvidia/cu13/{bin,include,lib,nvvm}`, and that folder is (nearly) a toolkit
+root: `bin/nvcc.profile` finds cicc (`nvvm/bin`), libdevice (`nvvm/libdevice`), the crt
+headers (`include/crt`, from nvidia-cuda-crt) and CCCL (`include/cccl`) relative to
+nvcc's own location. What it lacks, and what `assemble` adds (relative symlinks only, so
+the folder can be renamed into the cache):
+
+- `lib64 -> lib`: nvcc links with `-L$(TOP)/lib64` (`cannot find -lcudart_static`);
+- unversioned `lib/libcudart.so`, `libnvrtc.so`, ...: CMake's `find_library` (FindCUDA,
+  FindCUDAToolkit) only looks for `libX.so`, the wheels ship `libX.so.13`;
+- `targets/<arch>-linux/{include,lib}`: the layout of an installed toolkit, which CMake's
+  FindCUDAToolkit and nvcc (`_TARGET_DIR_`) prefer when present.
+
+Pins: every package is pinned to the CUDA major.minor (`nvidia-cuda-nvcc==13.0.*`), also
+the ones nvcc already depends on, because nvcc's own `Requires-Dist` (nvidia-nvvm,
+nvidia-cuda-runtime, nvidia-cuda-crt) is unpinned: `pip install nvidia-cuda-nvcc==13.0.*`
+alone pairs nvcc 13.0 with the newest cicc. CCCL is versioned `13.<m>.*` up to CUDA 13.2
+and `13.3.<cccl>` from 13.3 on (13.3.3.3.1 holds CCCL 3.3.3, 13.3.5.0.6 CCCL 3.5.0), so
+CUDA 13.m takes CCCL 3.m.
+
+cuBLAS/cuSPARSE/cuSOLVER headers (needed by torch's ATen headers) are not installed: the
+torch environment has them (`<site>/nvidia/cu13/include`, from torch's own dependencies).
+They are offered to CMake through an *overlay* folder that links only the headers the
+toolkit lacks, so torch's copies of the runtime headers can never shadow the toolkit's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+from packaging.version import InvalidVersion, Version
+
+from build_kernel.archs import Arch
+from build_kernel.errors import ToolchainError
+from build_kernel.toolchain import MIN_CUDA, Facts
+
+# Bump when `assemble` changes: cached toolkits of another layout are rebuilt.
+LAYOUT = 1
+MARKER = "toolkit.json"
+# From this CUDA major on, the wheels share one nvidia/cu<major> folder (CUDA 12 wheels
+# are named nvidia-*-cu12 and install one folder per component: not supported here).
+FIRST_MAJOR = 13
+# What a build needs: the compiler driver and its tools, cicc + libdevice, the crt headers,
+# CCCL, the runtime (headers, libcudart), NVRTC (torch's CMake links every extension to it).
+PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl",
+            "nvidia-cuda-runtime", "nvidia-cuda-nvrtc")
+TARGET_DIRS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}
+_CUDA_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)*\s*$")
+_SMOKE = """\
+#include <cuda_runtime.h>
+#include <cuda/std/cstdint>
+__global__ void smoke(float* x) { x[threadIdx.x] = sinf(x[threadIdx.x]) + (cuda::std::uint32_t)1; }
+int main() { float* p = nullptr; smoke<<<1, 1>>>(p); return cudaGetLastError() == cudaSuccess ? 0 : 1; }
+"""
+_TORCH_SITE = (
+    "import importlib.util, os; s = importlib.util.find_spec('torch'); "
+    "print(os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else '')"
+)
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """A CUDA toolkit root assembled from PyPI wheels, ready for CMake and torch's config."""
+
+    cuda: str  # major.minor asked for, e.g. "13.0"
+    root: Path  # CUDA_HOME: <cache>/toolkits/cuda-13.0-x86_64/nvidia/cu13
+    nvcc: Path
+    version: str  # nvcc's full version, e.g. "13.0.88"
+    packages: tuple[tuple[str, str], ...]  # (distribution, exact version), sorted
+    defines: Mapping[str, str] = field(hash=False)  # CMake defines for this toolkit
+    cached: bool = field(default=False, compare=False)
+
+    def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`base` (default os.environ) with this toolkit as CUDA_HOME and its bin/ first on PATH."""
+        env = dict(os.environ if base is None else base)
+        env["CUDA_HOME"] = env["CUDA_PATH"] = str(self.root)
+        env["PATH"] = os.pathsep.join(p for p in (str(self.root / "bin"), env.get("PATH", "")) if p)
+        return env
+
+    def to_dict(self) -> dict[str, object]:
+        return {"source": "wheels", "cuda": self.cuda, "root": str(self.root), "nvcc": str(self.nvcc),
+                "version": self.version, "packages": dict(self.packages), "defines": dict(self.defines),
+                "cached": self.cached}
+
+
+def major_minor(cuda: str) -> tuple[int, int]:
+    """`13.0` / `13.0.88` -> (13, 0); a one-line ToolchainError for anything else."""
+    m = _CUDA_RE.match(cuda or "")
+    if not m:
+        raise ToolchainError(f"CUDA version {cuda!r} is not major.minor", hint='write it as e.g. "13.0"')
+    return int(m.group(1)), int(m.group(2))
+
+
+def requirements(cuda: str) -> tuple[str, ...]:
+    """The pip requirements of the toolkit for CUDA major.minor, every package pinned."""
+    major, minor = major_minor(cuda)
+    reqs = []
+    for name in PACKAGES:
+        if name == "nvidia-cuda-cccl" and major == 13 and minor >= 3:
+            reqs.append(f"{name}>=13.3.{minor}.0,<13.3.{minor + 1}")
+        else:
+            reqs.append(f"{name}=={major}.{minor}.*")
+    return tuple(reqs)
+
+
+def toolkit_dir(cache_dir: Path, cuda: str) -> Path:
+    major, minor = major_minor(cuda)
+    return Path(cache_dir) / "toolkits" / f"cuda-{major}.{minor}-{platform.machine()}"
+
+
+def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, offline: bool = False) -> Toolkit:
+    """The cached toolkit for CUDA `cuda` (major.minor), installed from PyPI when missing.
+
+    Installed with `python -m pip install --target` into a `.partial-` sibling under a
+    file lock, assembled, smoke-compiled, then renamed into place: a folder without its
+    marker is never trusted. `python` is also asked where torch lives, for the overlay of
+    cuBLAS/cuSPARSE headers from torch's own nvidia wheels.
+    """
+    major, minor = major_minor(cuda)
+    mm = f"{major}.{minor}"
+    if major < FIRST_MAJOR:
+        raise ToolchainError(
+            f"no PyPI toolkit for CUDA {mm}: the nvidia-cuda-nvcc wheels give a toolkit layout"
+            f" from CUDA {FIRST_MAJOR}.0 on",
+            hint='install a CUDA toolkit and use [toolchain] cuda_source = "system"')
+    final = toolkit_dir(cache_dir, mm)
+    found = _load(final, python)
+    if found:
+        return found
+    if offline:
+        raise ToolchainError(f"offline and no CUDA {mm} toolkit is cached in {final}",
+                             hint="run once with network to fetch nvidia-cuda-nvcc & co. from PyPI,"
+                                  " or use cuda_source = \"system\"")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    log = final.parent / f"{final.name}.log"
+    with FileLock(str(final) + ".lock"):
+        found = _load(final, python)
+        if found:
+            return found
+        for stale in final.parent.glob(f".{final.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed run: we hold the lock
+        tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
+        try:
+            start = time.monotonic()
+            reqs = requirements(mm)
+            _pip_install(python, tmp, reqs, mm, log)
+            root = assemble(tmp, major)
+            version = nvcc_version(root / "bin" / "nvcc")
+            if not version.startswith(f"{mm}."):
+                raise ToolchainError(f"the nvcc installed for CUDA {mm} says it is {version}", hint=f"see {log}")
+            smoke_compile(root / "bin" / "nvcc", tmp, log)
+            marker = {
+                "layout": LAYOUT, "cuda": mm, "machine": platform.machine(), "version": version,
+                "root": str(root.relative_to(tmp)), "requirements": list(reqs), "packages": installed_versions(tmp),
+                "created": dt.datetime.now(dt.timezone.utc).isoformat(), "seconds": round(time.monotonic() - start, 1),
+            }
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True))
+            shutil.rmtree(final, ignore_errors=True)  # another layout, or no marker
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    made = _load(final, python, cached=False)
+    assert made is not None
+    return made
+
+
+def find_cached(cache_dir: Path, cuda: str, *, python: str) -> Toolkit | None:
+    """The cached toolkit for CUDA `cuda`, or None; never installs (for `doctor` and `plan`)."""
+    return _load(toolkit_dir(cache_dir, cuda), python)
+
+
+def _load(final: Path, python: str, *, cached: bool = True) -> Toolkit | None:
+    """The toolkit in `final` if it is complete and of this layout and machine."""
+    try:
+        marker = json.loads((final / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if marker.get("layout") != LAYOUT or marker.get("machine") != platform.machine():
+        return None
+    root = final / marker["root"]
+    nvcc = root / "bin" / "nvcc"
+    if not nvcc.is_file():
+        return None
+    packages = tuple(sorted(marker["packages"].items()))
+    return Toolkit(cuda=marker["cuda"], root=root, nvcc=nvcc, version=marker["version"], packages=packages,
+                   defines=cmake_defines(root, torch_site(python), final.parent), cached=cached)
+
+
+def _pip_install(python: str, target: Path, reqs: Sequence[str], mm: str, log: Path) -> None:
+    target.mkdir(parents=True)
+    # pip unpacks into TMPDIR, then moves into --target: keep both on one file system.
+    scratch = target / ".pip-tmp"
+    scratch.mkdir()
+    cmd = [python, "-m", "pip", "install", "--target", str(target), "--only-binary=:all:", "--no-compile",
+           "--no-cache-dir", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off",
+           *reqs]
+    # Settings that contradict --target would make pip refuse or install elsewhere.
+    clash = ("PIP_TARGET", "PIP_PREFIX", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
+    env = {k: v for k, v in os.environ.items() if k not in clash}
+    env.update(TMPDIR=str(scratch), PIP_NO_INPUT="1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run pip with {python}: {exc}", hint="give a python that has pip") from None
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
+    shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode:
+        raise pip_error(proc.stdout + proc.stderr, mm, log)
+
+
+def pip_error(output: str, mm: str, log: Path | None = None) -> ToolchainError:
+    """pip's failure as one line: which requirement had no match, and what the index has."""
+    where = f"; full log: {log}" if log else ""
+    m = re.search(r"Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)", output)
+    if m:
+        req, listed = m.group(1), m.group(2).strip()
+        name = re.split(r"[=<>!~]", req, maxsplit=1)[0]
+        if listed == "none":
+            return ToolchainError(f"no CUDA {mm} toolkit: pip found no {name} at all (no network or no index?){where}",
+                                  hint="check network / PIP_INDEX_URL, or build offline with a cached toolkit")
+        return ToolchainError(f"no CUDA {mm} toolkit on the package index: pip finds no {req}; "
+                              f"{name} has CUDA {', '.join(_cuda_releases(listed)) or 'none'}{where}",
+                              hint="use a torch built for one of those CUDA releases, or cuda_source = \"system\"")
+    errors = [line.strip() for line in output.splitlines() if line.startswith("ERROR")]
+    last = errors[-1] if errors else (output.strip().splitlines() or ["(no output)"])[-1].strip()
+    return ToolchainError(f"installing the CUDA {mm} toolkit from PyPI failed: {last}{where}",
+                          hint="check network / PIP_INDEX_URL, or use cuda_source = \"system\"")
+
+
+def _cuda_releases(listed: str) -> list[str]:
+    """major.minor of the final releases in pip's `from versions:` list, in order."""
+    seen: dict[tuple[int, int], None] = {}
+    for item in listed.split(","):
+        try:
+            v = Version(item.strip())
+        except InvalidVersion:
+            continue
+        if not v.is_prerelease and v.major >= 1:
+            seen[(v.major, v.minor)] = None
+    return [f"{a}.{b}" for a, b in sorted(seen)]
+
+
+def installed_versions(target: Path) -> dict[str, str]:
+    """{distribution: version} from the *.dist-info folders pip wrote into --target."""
+    found = {}
+    for info in target.glob("*.dist-info"):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        found[name.replace("_", "-").lower()] = version
+    return dict(sorted(found.items()))
+
+
+def assemble(site: Path, major: int) -> Path:
+    """Turn `site/nvidia/cu<major>` into a toolkit root CMake and torch accept; return it."""
+    root = site / "nvidia" / f"cu{major}"
+    if not (root / "bin" / "nvcc").is_file():
+        raise ToolchainError(f"the nvidia-cuda-nvcc wheel did not install {root}/bin/nvcc",
+                             hint="its layout changed: report it with the installed versions")
+    lib = root / "lib"
+    if not (root / "lib64").exists():
+        (root / "lib64").symlink_to("lib")
+    for so in sorted(lib.glob("lib*.so.*")):
+        plain = lib / (so.name.split(".so.")[0] + ".so")
+        if not plain.exists() and not plain.is_symlink():
+            plain.symlink_to(so.name)
+    target = root / "targets" / TARGET_DIRS.get(platform.machine(), f"{platform.machine()}-linux")
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("include", "lib"):
+        if not (target / name).exists():
+            (target / name).symlink_to(Path("..", "..", name))
+    return root
+
+
+def nvcc_version(nvcc: Path) -> str:
+    """`13.0.88` from `nvcc --version` (`Cuda compilation tools, release 13.0, V13.0.88`)."""
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"{nvcc} does not run: {exc}") from None
+    m = re.search(r"\bV(\d+\.\d+\.\d+)", out.stdout)
+    if out.returncode or not m:
+        raise ToolchainError(f"{nvcc} --version failed: {(out.stderr or out.stdout).strip()[:200]}")
+    return m.group(1)
+
+
+def smoke_compile(nvcc: Path, workdir: Path, log: Path) -> None:
+    """Compile and link a kernel using libdevice and CCCL: proves cicc, ptxas, crt, nvlink, cudart."""
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        src = Path(tmp) / "smoke.cu"
+        src.write_text(_SMOKE)
+        cmd = [str(nvcc), "-allow-unsupported-compiler", str(src), "-o", str(Path(tmp) / "smoke")]
+        host = os.environ.get("CUDAHOSTCXX")
+        if host:
+            cmd[1:1] = ["-ccbin", host]
+        env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
+    if proc.returncode:
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        first = next((l for l in lines if "error" in l.lower() or "fatal" in l.lower()), lines[-1] if lines else "")
+        raise ToolchainError(f"the CUDA toolkit from PyPI does not compile a test kernel: {first.strip()};"
+                             f" full log: {log}",
+                             hint="a host compiler (g++) must be installed; see the log for the nvcc command")
+
+
+def torch_site(python: str) -> Path | None:
+    """The site-packages folder holding `python`'s torch (without importing torch)."""
+    try:
+        proc = subprocess.run([python, "-c", _TORCH_SITE], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = proc.stdout.strip()
+    return Path(out) if proc.returncode == 0 and out else None
+
+
+def header_overlay(root: Path, torch_include: Path, base: Path) -> Path | None:
+    """A folder linking the headers torch's nvidia wheels have and the toolkit lacks.
+
+    Put last on the include path (CMAKE_<LANG>_STANDARD_INCLUDE_DIRECTORIES), the whole
+    torch folder would also offer its own cuda_runtime.h & co., and nvcc searches user
+    include dirs before the toolkit's: a CUDA 13.0 torch would shadow a 13.1 toolkit.
+    """
+    if not torch_include.is_dir():
+        return None
+    have = {p.name for p in (root / "include").iterdir()}
+    names = sorted(p.name for p in torch_include.iterdir() if p.name not in have)
+    if not names:
+        return None
+    key = hashlib.sha256(json.dumps([str(root), str(torch_include), names]).encode()).hexdigest()[:16]
+    overlay = base / "overlays" / key
+    include = overlay / "include"
+    if (overlay / MARKER).is_file() and all(p.exists() for p in include.iterdir()):
+        return include
+    overlay.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(overlay) + ".lock"):
+        if (overlay / MARKER).is_file() and all(p.exists() for p in include.iterdir()):
+            return include
+        tmp = overlay.parent / f".{key}.partial-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "include").mkdir(parents=True)
+        for name in names:
+            (tmp / "include" / name).symlink_to(torch_include / name)
+        (tmp / MARKER).write_text(json.dumps({"toolkit": str(root), "from": str(torch_include), "names": names}))
+        shutil.rmtree(overlay, ignore_errors=True)
+        tmp.rename(overlay)
+    return include
+
+
+def cmake_defines(root: Path, site: Path | None, base: Path) -> dict[str, str]:
+    """What CMake, FindCUDAToolkit and torch's bundled FindCUDA need to use this toolkit."""
+    defines = {
+        "CMAKE_CUDA_COMPILER": str(root / "bin" / "nvcc"),
+        "CUDAToolkit_ROOT": str(root),
+        "CUDA_TOOLKIT_ROOT_DIR": str(root),  # torch's FindCUDA
+    }
+    nvrtc = sorted(p for p in (root / "lib").glob("libnvrtc.so.*") if not p.is_symlink())
+    if nvrtc:
+        defines["CUDA_nvrtc_LIBRARY"] = str(nvrtc[0])  # torch links every extension to it
+    if site is not None:
+        overlay = header_overlay(root, site / "nvidia" / root.name / "include", base)
+        if overlay is not None:
+            defines["CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES"] = str(overlay)
+            defines["CMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES"] = str(overlay)
+    return defines
+
+
+def choose(cuda_source: str, system_facts: Facts, torch_cuda: str, archs: Sequence[Arch]) -> tuple[str, str]:
+    """("system" | "wheels", why): where nvcc comes from for this build.
+
+    `auto` takes the system toolkit when its nvcc is torch's CUDA major.minor and knows
+    every requested arch, the PyPI wheels for torch's CUDA otherwise. `system` that does
+    not fit, and `wheels` / `auto` that cannot fit either, are one-line ToolchainErrors.
+    """
+    if cuda_source not in ("auto", "system", "wheels"):
+        raise ToolchainError(f"cuda_source {cuda_source!r} is not one of auto, system, wheels")
+    if not torch_cuda:
+        raise ToolchainError("torch has no CUDA (a CPU build?): cannot match a CUDA toolkit to it",
+                             hint="install a CUDA build of torch (e.g. +cu130)")
+    major, minor = major_minor(torch_cuda)
+    want = f"{major}.{minor}"
+    f = system_facts
+    unknown = [a.sm for a in archs if f.nvcc_archs and f"{a.major}{a.minor}" not in f.nvcc_archs]
+    if not f.nvcc:
+        misfit = "no system nvcc found"
+    elif not f.nvcc_version or major_minor(f.nvcc_version) != (major, minor):
+        misfit = f"system nvcc is CUDA {f.nvcc_version or '?'} ({f.nvcc}), torch is built for CUDA {want}"
+    elif unknown:
+        misfit = f"system nvcc {f.nvcc_version} ({f.nvcc}) cannot target {', '.join(unknown)}"
+    else:
+        misfit = ""
+    if cuda_source == "system":
+        if misfit:
+            raise ToolchainError(f"cuda_source = \"system\" but {misfit}",
+                                 hint=f"install CUDA {want} and set CUDA_HOME,"
+                                      " or use cuda_source = \"auto\" / \"wheels\"")
+        return "system", f"system nvcc {f.nvcc_version} ({f.nvcc}) as the recipe asks"
+    if cuda_source == "auto" and not misfit:
+        return "system", (f"system nvcc {f.nvcc_version} ({f.nvcc}) matches torch's CUDA {want}"
+                          f" and knows {', '.join(a.sm for a in archs) or 'every arch'}")
+    too_old = [a.sm for a in archs if (a.major, a.minor) in MIN_CUDA
+               and (major, minor) < major_minor(MIN_CUDA[(a.major, a.minor)])]
+    if too_old:
+        raise ToolchainError(f"CUDA {want} (torch's) cannot target {', '.join(too_old)}"
+                             + (f" and {misfit}" if cuda_source == "auto" else ""),
+                             hint="use a torch built for a newer CUDA, or build for other archs")
+    if major < FIRST_MAJOR:
+        no_layout = f"PyPI has no CUDA {want} toolkit layout (wheels start at CUDA {FIRST_MAJOR}.0)"
+        raise ToolchainError(f"{misfit}, and {no_layout}" if cuda_source == "auto"
+                             else f"cuda_source = \"wheels\": {no_layout}",
+                             hint=f"install CUDA {want} and set CUDA_HOME")
+    if cuda_source == "wheels":
+        return "wheels", f"CUDA {want} from PyPI wheels (nvidia-cuda-nvcc=={want}.*) as the recipe asks"
+    return "wheels", f"{misfit}: CUDA {want} from PyPI wheels (nvidia-cuda-nvcc=={want}.*)"

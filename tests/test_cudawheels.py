@@ -1,0 +1,293 @@
+"""The hermetic CUDA toolkit from PyPI wheels: pins, layout, cache, errors, auto choice, a real build.
+
+Network: the toolkit fixture installs nvidia-cuda-nvcc & co. (about 200 MB of wheels) from
+the package index once per session; every other test reuses that folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from build_kernel import cudawheels, toolchain
+from build_kernel.archs import parse_arch_list
+from build_kernel.errors import ToolchainError
+from build_kernel.toolchain import Facts
+from tests.conftest import REPO_ROOT
+
+SM120A = parse_arch_list("12.0a")
+
+
+def one_line(exc: pytest.ExceptionInfo[ToolchainError]) -> str:
+    text = str(exc.value)
+    assert "\n" not in text, text
+    return text
+
+
+def system_facts(version: str | None = "13.0", archs: tuple[str, ...] = ("90", "100", "120")) -> Facts:
+    if version is None:
+        return Facts(python=sys.executable, python_version="3.11")
+    return Facts(python=sys.executable, python_version="3.11", nvcc="/usr/local/cuda/bin/nvcc",
+                 nvcc_version=version, nvcc_archs=archs, cuda_home="/usr/local/cuda")
+
+
+@pytest.fixture(scope="session")
+def toolkit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bk-cache")
+
+
+@pytest.fixture(scope="session")
+def toolkit(toolkit_cache: Path) -> cudawheels.Toolkit:
+    """CUDA 13.0 (torch 2.14.1's) from PyPI, installed once per session."""
+    return cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable)
+
+
+# ---- pins and error texts (no network) ---------------------------------------------------
+
+def test_every_package_is_pinned_to_the_cuda_minor() -> None:
+    reqs = cudawheels.requirements("13.0")
+    assert reqs == ("nvidia-cuda-nvcc==13.0.*", "nvidia-cuda-crt==13.0.*", "nvidia-nvvm==13.0.*",
+                    "nvidia-cuda-cccl==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-nvrtc==13.0.*")
+    # torch.version.cuda spelling and a full version give the same pins.
+    assert cudawheels.requirements("13.0.88") == reqs
+    # From CUDA 13.3 CCCL is versioned 13.3.<cccl>: CUDA 13.m ships CCCL 3.m.
+    assert "nvidia-cuda-cccl>=13.3.4.0,<13.3.5" in cudawheels.requirements("13.4")
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.requirements("thirteen")
+    assert "is not major.minor" in one_line(exc)
+
+
+def test_pip_no_match_becomes_one_line_with_the_releases_the_index_has() -> None:
+    output = ("ERROR: Could not find a version that satisfies the requirement nvidia-cuda-nvcc==13.99.* "
+              "(from versions: 0.0.0a0, 13.0.48, 13.0.88, 13.1.80, 13.4.46rc1, 13.4.59)\n"
+              "ERROR: No matching distribution found for nvidia-cuda-nvcc==13.99.*\n")
+    err = cudawheels.pip_error(output, "13.99")
+    assert str(err).startswith("no CUDA 13.99 toolkit on the package index: pip finds no nvidia-cuda-nvcc==13.99.*;"
+                               " nvidia-cuda-nvcc has CUDA 13.0, 13.1, 13.4 (")
+    offline = cudawheels.pip_error("ERROR: Could not find a version that satisfies the requirement "
+                                   "nvidia-cuda-nvcc==13.0.* (from versions: none)\n", "13.0")
+    assert "no network or no index?" in str(offline) and "\n" not in str(offline)
+
+
+def test_cuda_12_has_no_wheel_layout(tmp_path: Path) -> None:
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.ensure_toolkit(tmp_path, "12.8", python=sys.executable)
+    assert "no PyPI toolkit for CUDA 12.8" in one_line(exc)
+    assert not (tmp_path / "toolkits").exists()
+
+
+def test_offline_without_a_cached_toolkit_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable, offline=True)
+    assert one_line(exc).startswith(f"offline and no CUDA 13.0 toolkit is cached in {tmp_path}/toolkits/cuda-13.0-")
+
+
+# ---- choose() -----------------------------------------------------------------------------
+
+def test_choose_auto_takes_a_matching_system_toolkit() -> None:
+    source, why = cudawheels.choose("auto", system_facts("13.0"), "13.0", SM120A)
+    assert source == "system" and "matches torch's CUDA 13.0" in why and "sm_120a" in why
+
+
+@pytest.mark.parametrize(("facts", "reason"), [
+    (system_facts("13.0"), "system nvcc is CUDA 13.0 (/usr/local/cuda/bin/nvcc), torch is built for CUDA 13.1"),
+    (system_facts("13.1", archs=("90", "100")), "cannot target sm_120a"),
+    (system_facts(None), "no system nvcc found"),
+])
+def test_choose_auto_falls_back_to_wheels_and_system_refuses(facts: Facts, reason: str) -> None:
+    source, why = cudawheels.choose("auto", facts, "13.1", SM120A)
+    assert source == "wheels" and reason in why and "nvidia-cuda-nvcc==13.1.*" in why
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.choose("system", facts, "13.1", SM120A)
+    text = one_line(exc)
+    assert text.startswith('cuda_source = "system" but ') and reason in text
+
+
+def test_choose_errors_when_nothing_can_fit() -> None:
+    # torch 13.0 cannot be matched by a system 12.8, and 12.x has no wheel layout.
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.choose("auto", system_facts("13.0"), "12.8", SM120A)
+    assert "PyPI has no CUDA 12.8 toolkit layout" in one_line(exc)
+    # No CUDA release older than 12.8 targets sm_120a, wheels or not.
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.choose("wheels", system_facts("13.0"), "12.6", SM120A)
+    assert "CUDA 12.6 (torch's) cannot target sm_120a" in one_line(exc)
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.choose("auto", system_facts("13.0"), "", SM120A)
+    assert "torch has no CUDA" in one_line(exc)
+    assert cudawheels.choose("wheels", system_facts("13.0"), "13.0", SM120A)[0] == "wheels"
+
+
+def test_choose_with_the_real_system_facts() -> None:
+    # The CI machine: nvcc 13.0 at /usr/local/cuda-13.0, torch 2.14.1+cu130.
+    facts = toolchain.detect()
+    assert facts.nvcc_version == "13.0" and facts.torch_cuda == "13.0", facts
+    assert cudawheels.choose("auto", facts, facts.torch_cuda, SM120A)[0] == "system"
+    # A torch built for CUDA 13.1 (nvidia-cuda-nvcc 13.1.x is on PyPI): the system 13.0 does not match.
+    source, why = cudawheels.choose("auto", facts, "13.1", SM120A)
+    assert source == "wheels" and "torch is built for CUDA 13.1" in why
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.choose("system", facts, "13.1", SM120A)
+    assert "system nvcc is CUDA 13.0" in one_line(exc) and "torch is built for CUDA 13.1" in str(exc.value)
+
+
+# ---- the real toolkit (network once per session) -------------------------------------------
+
+def test_toolkit_layout_versions_and_defines(toolkit: cudawheels.Toolkit, toolkit_cache: Path) -> None:
+    assert toolkit.root == toolkit_cache / "toolkits" / f"cuda-13.0-{os.uname().machine}" / "nvidia" / "cu13"
+    assert toolkit.version.startswith("13.0.")
+    packages = dict(toolkit.packages)
+    assert set(packages) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl",
+                             "nvidia-cuda-runtime", "nvidia-cuda-nvrtc"}
+    assert all(v.startswith("13.0.") for v in packages.values()), packages
+    root = toolkit.root
+    assert os.readlink(root / "lib64") == "lib" and (root / "lib64" / "libcudart_static.a").is_file()
+    assert (root / "lib" / "libcudart.so").resolve() == (root / "lib" / "libcudart.so.13").resolve()
+    for needed in ("nvvm/bin/cicc", "nvvm/libdevice/libdevice.10.bc", "include/crt/host_config.h",
+                   "include/cccl/cuda/std/cstdint", "include/cuda_fp4.h", "bin/ptxas", "bin/crt/link.stub"):
+        assert (root / needed).exists(), needed
+    d = toolkit.defines
+    assert d["CMAKE_CUDA_COMPILER"] == str(toolkit.nvcc) and d["CUDA_TOOLKIT_ROOT_DIR"] == d["CUDAToolkit_ROOT"] == str(root)
+    assert d["CUDA_nvrtc_LIBRARY"] == str(root / "lib" / "libnvrtc.so.13")
+    # The overlay offers torch's cuBLAS/cuSPARSE headers and nothing the toolkit has itself.
+    overlay = Path(d["CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES"])
+    names = {p.name for p in overlay.iterdir()}
+    assert {"cusparse.h", "cublas_v2.h"} <= names and "cuda_runtime.h" not in names
+    marker = json.loads((root.parent.parent / "toolkit.json").read_text())
+    assert marker["packages"] == packages and marker["version"] == toolkit.version
+
+
+def test_second_call_and_offline_reuse_the_cache(toolkit: cudawheels.Toolkit, toolkit_cache: Path) -> None:
+    start = time.monotonic()
+    again = cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable)
+    assert time.monotonic() - start < 2
+    assert again.cached and again == toolkit
+    offline = cudawheels.ensure_toolkit(toolkit_cache, "13.0.88", python=sys.executable, offline=True)
+    assert offline.root == toolkit.root and offline.cached
+    assert not list((toolkit_cache / "toolkits").glob(".*partial*"))
+
+
+def test_concurrent_setup_installs_once_and_drops_stale_partials(
+        toolkit: cudawheels.Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads on an empty cache: one pip run under the lock, one rename; leftovers go."""
+    import shutil
+    import threading
+
+    site = toolkit.root.parent.parent
+    calls: list[Path] = []
+
+    def fake_pip(python: str, target: Path, reqs: object, mm: str, log: Path) -> None:
+        calls.append(target)
+        time.sleep(0.5)  # long enough for the other thread to wait on the lock
+        shutil.copytree(site, target, symlinks=True, copy_function=os.link,
+                        ignore=lambda d, names: [n for n in names if n in ("toolkit.json", "lib64", "targets")
+                                                 or (n.endswith(".so") and os.path.islink(os.path.join(d, n)))])
+
+    monkeypatch.setattr(cudawheels, "_pip_install", fake_pip)
+    final = cudawheels.toolkit_dir(tmp_path, "13.0")
+    final.parent.mkdir(parents=True)
+    stale = final.parent / f".{final.name}.partial-999999"
+    stale.mkdir()
+    (final / "nvidia").mkdir(parents=True)  # no marker: an interrupted run, never trusted
+    results: list[cudawheels.Toolkit] = []
+    threads = [threading.Thread(target=lambda: results.append(
+        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(results) == 2 and results[0].root == results[1].root
+    assert sorted(r.cached for r in results) == [False, True]
+    assert not stale.exists() and not list(final.parent.glob(".*partial*"))
+    assert os.readlink(results[0].root / "lib64") == "lib" and (results[0].root / "lib" / "libnvrtc.so").exists()
+
+
+def test_unknown_cuda_minor_is_one_line_from_pip(toolkit_cache: Path) -> None:
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.ensure_toolkit(toolkit_cache, "13.99", python=sys.executable)
+    text = one_line(exc)
+    assert text.startswith("no CUDA 13.99 toolkit on the package index: pip finds no nvidia-cuda-nvcc==13.99.*;")
+    assert re.search(r"nvidia-cuda-nvcc has CUDA 13\.0, 13\.1, ", text), text
+    assert not (toolkit_cache / "toolkits" / f"cuda-13.99-{os.uname().machine}").exists()
+    assert not list((toolkit_cache / "toolkits").glob(".*partial*"))
+
+
+# ---- real compiles ---------------------------------------------------------------------------
+
+def hidden_system_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """PATH without /usr/local/bin and /usr/local/cuda*, no CUDA_HOME: no system toolkit in sight."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDA_ROOT")}
+    keep = [p for p in env.get("PATH", "").split(os.pathsep)
+            if p and not p.startswith("/usr/local/bin") and not p.startswith("/usr/local/cuda")]
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    return {**env, **(extra or {})}
+
+
+def cubin_archs(path: Path) -> list[str]:
+    from build_kernel.verify import find_tool
+
+    cuobjdump = find_tool("cuobjdump")
+    assert cuobjdump, "cuobjdump (PyPI nvidia-cuda-cuobjdump) not found"
+    out = subprocess.run([cuobjdump, "--list-elf", str(path)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\.(sm_\d+[af]?)\.cubin", out)
+
+
+@pytest.mark.slow
+def test_auto_for_a_cuda_minor_the_system_lacks_gets_a_working_13_1_nvcc(toolkit_cache: Path, tmp_path: Path) -> None:
+    facts = toolchain.detect()
+    source, _ = cudawheels.choose("auto", facts, "13.1", SM120A)
+    assert source == "wheels"
+    tk = cudawheels.ensure_toolkit(toolkit_cache, "13.1", python=sys.executable)
+    assert tk.version.startswith("13.1.") and all(v.startswith("13.1.") for v in dict(tk.packages).values())
+    (tmp_path / "k.cu").write_text('#include <cuda_fp4.h>\n__global__ void k(__nv_fp4_e2m1* p) { p[0] = __nv_fp4_e2m1(1.5f); }\n')
+    subprocess.run([str(tk.nvcc), "-c", "-arch=sm_120a", "k.cu", "-o", "k.o"], cwd=tmp_path, env=hidden_system_env(),
+                   check=True, capture_output=True)
+    assert cubin_archs(tmp_path / "k.o") == ["sm_120a"]
+
+
+@pytest.mark.slow
+def test_miniature_builds_for_12_0a_with_the_wheel_toolkit_and_no_system_cuda(
+        toolkit: cudawheels.Toolkit, toolkit_cache: Path, tmp_path: Path) -> None:
+    """`cuda_source = "wheels"` through the CLI, with no system CUDA on PATH and no CUDA_HOME."""
+    from tests.conftest import copy_series, demo_recipe_text, run_cli, write_recipe
+
+    project = tmp_path / "proj"
+    (project / "recipes").mkdir(parents=True)
+    copy_series(project, sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch")), "v1")
+    write_recipe(project, "r", demo_recipe_text().replace('cuda = "13.0"\n', 'cuda = "13.0"\ncuda_source = "wheels"\n')
+                 .replace("[build.defines]\n", '[build.defines]\nCMAKE_EXPORT_COMPILE_COMMANDS = "ON"\n'))
+    env = hidden_system_env({})
+    from build_kernel.process import which
+
+    assert which("nvcc", path=env["PATH"]) is None and "CUDA_HOME" not in env
+    proc = subprocess.run([sys.executable, "-m", "build_kernel", "--cache-dir", str(toolkit_cache), "--output-dir",
+                           str(project / "wheels"), "--json", "build", "--recipe", str(project / "recipes/r.toml")],
+                          env=env, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    tc = result["provenance"]["toolchain"]
+    assert tc["cuda_source"] == "wheels" and tc["nvcc"] == str(toolkit.nvcc)
+    assert tc["cuda_packages"]["nvidia-cuda-nvcc"].startswith("13.0.")
+    # CMake used the wheels' nvcc and never saw the system toolkit.
+    build_dir = toolkit_cache / "build" / result["key"] / "cmake"
+    cache = (build_dir / "CMakeCache.txt").read_text()
+    assert re.search(rf"^CMAKE_CUDA_COMPILER:\w+={re.escape(str(toolkit.nvcc))}$", cache, re.M)
+    assert "/usr/local/cuda" not in cache
+    commands = json.loads((build_dir / "compile_commands.json").read_text())
+    cuda_units = [c for c in commands if c["file"].endswith(".cu")]
+    assert cuda_units and all(c["command"].startswith(str(toolkit.nvcc)) for c in cuda_units)
+    assert not any("/usr/local/cuda" in c["command"] for c in commands)
+    # The wheel holds only sm_120a code, with the FP4 conversion the wheels' ptxas emitted.
+    verify = run_cli("--json", "verify", result["wheel"], "--recipe", str(project / "recipes/r.toml"))
+    report = json.loads(verify.stdout)
+    assert verify.returncode == 0, report["failures"]
+    [lib] = report["libraries"]
+    assert lib["archs"] == ["sm_120a"] and next(iter(lib["fp4_matches"].values())) > 0
