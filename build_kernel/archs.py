@@ -59,7 +59,7 @@ def parse_arch(text: str) -> Arch:
         raise ArchSpellingError(
             f"unknown arch {text!r}: known archs are {', '.join(KNOWN)} (with a or f suffix from 9.0/10.0)"
         )
-    if suffix == "a" and major < 9 or suffix == "f" and major < 10:
+    if (suffix == "a" and major < 9) or (suffix == "f" and major < 10):
         raise ArchSpellingError(f"arch {text!r} has no '{suffix}' variant: drop the suffix")
     return arch
 

@@ -183,7 +183,14 @@ def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, on_l
 
 
 def _run_with_progress(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, jobs: int) -> tuple[int, str]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn(f"compiling ({jobs} jobs)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=log.console, transient=True,
@@ -211,7 +218,8 @@ def _inject_provenance(wheel: Path, python: str, provenance: dict[str, object], 
     out = workdir / "packed"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    proc = subprocess.run([python, "-m", "wheel", "pack", "-d", str(out), str(root)], capture_output=True, text=True)
+    proc = subprocess.run([python, "-m", "wheel", "pack", "-d", str(out), str(root)], capture_output=True, text=True,
+                          check=False)
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BuildError(f"adding provenance to {wheel.name} failed: {last}", hint=f"see {log_path}")

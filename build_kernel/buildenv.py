@@ -13,7 +13,6 @@ import json
 import shutil
 import sys
 import venv
-from pathlib import Path
 
 from filelock import FileLock
 

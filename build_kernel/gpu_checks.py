@@ -27,9 +27,8 @@ def _dequant_nvfp4(packed: Any, scales: Any, global_scale: float, torch: Any) ->
 
 def minikernel_nvfp4() -> dict[str, Any]:
     """scaled_fp4_quant on random inputs vs a float64 reference, per 16-value block."""
-    import torch
-
     import minikernel  # noqa: F401  (loads the op library)
+    import torch
 
     worst, rows = 0.0, []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):

@@ -81,7 +81,7 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
     changed = []
     parent = base
     new_texts = []
-    for commit, patch in zip(commits, series.patches):
+    for commit, patch in zip(commits, series.patches, strict=True):
         rel = ["--relative=" + subdir] if subdir else []
         diff = repo.git.diff("-U3", "--no-color", "--no-ext-diff", *rel, parent, commit.hexsha) + "\n"
         text = patch.path.read_text()

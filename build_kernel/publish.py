@@ -573,7 +573,7 @@ def wheel_modules(wheel: Path) -> list[str]:
         head, _, rest = name.partition("/")
         if head.endswith((".dist-info", ".data")):
             continue
-        if rest and rest.endswith((".py", ".so")) or not rest and name.endswith(".py"):
+        if (rest and rest.endswith((".py", ".so"))) or (not rest and name.endswith(".py")):
             found.add(head if rest else head[:-3])
         elif not rest and name.endswith(".so"):
             found.add(head.split(".")[0])

@@ -154,9 +154,9 @@ def _needs_libcuda(libs: list[Path]) -> bool:
     for so in libs:
         with so.open("rb") as fh:
             for section in ELFFile(fh).iter_sections():
-                if isinstance(section, DynamicSection):
-                    if any(t.entry.d_tag == "DT_NEEDED" and t.needed.startswith("libcuda.so") for t in section.iter_tags()):
-                        return True
+                if isinstance(section, DynamicSection) and any(
+                        t.entry.d_tag == "DT_NEEDED" and t.needed.startswith("libcuda.so") for t in section.iter_tags()):
+                    return True
     return False
 
 

@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -279,7 +278,7 @@ def test_miniature_builds_for_12_0a_with_the_wheel_toolkit_and_no_system_cuda(
     # CMake used the wheels' nvcc and never saw the system toolkit.
     build_dir = toolkit_cache / "build" / result["key"] / "cmake"
     cache = (build_dir / "CMakeCache.txt").read_text()
-    assert re.search(rf"^CMAKE_CUDA_COMPILER:\w+={re.escape(str(toolkit.nvcc))}$", cache, re.M)
+    assert re.search(rf"^CMAKE_CUDA_COMPILER:\w+={re.escape(str(toolkit.nvcc))}$", cache, re.MULTILINE)
     assert "/usr/local/cuda" not in cache
     commands = json.loads((build_dir / "compile_commands.json").read_text())
     cuda_units = [c for c in commands if c["file"].endswith(".cu")]

@@ -106,14 +106,14 @@ def test_fetch_patch_then_cache_hit_offline(project: Path, upstream: tuple[Path,
 
 def test_offline_refuses_uncached_repo(project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
     repo, sha = upstream
-    with pytest.raises(FetchError, match="not in the cache and --offline forbids"):
+    with pytest.raises(FetchError, match=r"not in the cache and --offline forbids"):
         workspace.prepare(make_plan(project, repo, sha, tmp_path / "cache"), offline=True)
 
 
 def test_missing_commit_says_force_pushed(project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
     repo, _ = upstream
     dead = "54f99a8a" + "0" * 32
-    with pytest.raises(FetchError, match=f"commit {dead} is not in .*force-pushed away.*pin another commit"):
+    with pytest.raises(FetchError, match=rf"commit {dead} is not in .*force-pushed away.*pin another commit"):
         workspace.prepare(make_plan(project, repo, dead, tmp_path / "cache"))
     assert not (tmp_path / "cache" / "src").exists() or not any((tmp_path / "cache" / "src").iterdir())
 
@@ -131,7 +131,7 @@ def test_tampered_patch_is_refused(project: Path, upstream: tuple[Path, str], tm
     plan = make_plan(project, repo, sha, tmp_path / "cache")
     patch = plan.series.directory / "0002-newfile.patch"
     patch.write_text(patch.read_text().replace("added by a patch", "something else"))
-    with pytest.raises(PatchError, match="0002-newfile.patch: sha256 .* does not match series.lock"):
+    with pytest.raises(PatchError, match=r"0002-newfile.patch: sha256 .* does not match series.lock"):
         recipe_plan = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
         workspace.prepare(recipe_plan)
 
@@ -140,7 +140,7 @@ def test_unlisted_patch_is_refused(project: Path, upstream: tuple[Path, str], tm
     repo, sha = upstream
     plan = make_plan(project, repo, sha, tmp_path / "cache")
     (plan.series.directory / "0003-stray.patch").write_text(PATCH_NEWFILE)
-    with pytest.raises(PatchError, match="0003-stray.patch not listed in series"):
+    with pytest.raises(PatchError, match=r"0003-stray.patch not listed in series"):
         resolve(recipe.load("r", project), env={}, resources=RES)
 
 
@@ -165,9 +165,10 @@ def test_apply_failure_leaves_tree_exactly_as_before(upstream: tuple[Path, str],
                      {"0001-newfile.patch": PATCH_NEWFILE, "0002-policy.patch": PATCH_POLICY})
     from build_kernel.patches import apply_series
 
-    with pytest.raises(PatchError, match="0002-policy.patch does not apply"):
+    with pytest.raises(PatchError, match=r"0002-policy.patch does not apply"):
         apply_series(repo, plan.series, "pkg")
-    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True,
+                            check=True)
     assert status.stdout == ""  # 0001 (which applies) was not applied either
 
 
@@ -181,7 +182,7 @@ def test_already_applied_and_offset(project: Path, upstream: tuple[Path, str], t
     plan = make_plan(project, repo, upstreamed, tmp_path / "cache")
     states = {s.name: s.state for s in patch_check.check(plan)}
     assert states == {"0001-policy.patch": "already upstream", "0002-newfile.patch": "applies"}
-    with pytest.raises(PatchError, match="already upstream.*drop it from"):
+    with pytest.raises(PatchError, match=r"already upstream.*drop it from"):
         workspace.prepare(plan)
     shifted = commit_files(repo, {"pkg/CMakeLists.txt": "# one\n# two\n# three\n" + CMAKE})
     [first, _] = patch_check.check(plan, commit=shifted)
@@ -246,7 +247,7 @@ def test_series_made_for_other_commits_is_refused(project: Path, upstream: tuple
         arch = ["12.0a"]
     """)
     plan = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
-    with pytest.raises(PatchError, match="is made for 111111111111, not .*patch check"):
+    with pytest.raises(PatchError, match=r"is made for 111111111111, not .*patch check"):
         workspace.prepare(plan)
 
 

@@ -253,7 +253,7 @@ def test_skip_existing_still_refuses_other_bytes_under_the_same_version(pypi: In
     target = target_for(pypi.url, tmp_path, env)
     pub.publish([make_wheel(tmp_path / "a", "bk-otherbytes", version, value="a")], target, env=env)
     other = make_wheel(tmp_path / "b", "bk-otherbytes", version, value="b")
-    with pytest.raises(PublishError, match="serves other bytes.*the fleet would install that other build"):
+    with pytest.raises(PublishError, match=r"serves other bytes.*the fleet would install that other build"):
         pub.publish([other], target, env=env, skip_existing=True)
 
 
@@ -263,13 +263,13 @@ def test_unverified_wheel_is_refused_and_force_overrides_loudly(pypi: Index, tmp
     env = clean_env(TWINE_USERNAME=USER, TWINE_PASSWORD=PASSWORD)
     target = target_for(pypi.url, tmp_path, env)
     before = listing(pypi.packages)
-    with pytest.raises(VerifyError, match="has not been verified"):
+    with pytest.raises(VerifyError, match=r"has not been verified"):
         pub.publish([wheel], target, env=env)
     write_record(wheel, passed=False)
-    with pytest.raises(VerifyError, match="failed verification: sm_120a: no FP4"):
+    with pytest.raises(VerifyError, match=r"failed verification: sm_120a: no FP4"):
         pub.publish([wheel], target, env=env)
     write_record(wheel, passed=True, sha256="0" * 64)
-    with pytest.raises(VerifyError, match="changed since it was verified"):
+    with pytest.raises(VerifyError, match=r"changed since it was verified"):
         pub.publish([wheel], target, env=env)
     assert listing(pypi.packages) == before
     capsys.readouterr()
@@ -329,7 +329,7 @@ def test_static_folder_unchanged_when_regeneration_is_interrupted(tmp_path: Path
         real_write(path, text)
 
     monkeypatch.setattr(static_index, "_atomic_write", second_page_fails)
-    with pytest.raises(PublishError, match="No space left on device; the folder is unchanged"):
+    with pytest.raises(PublishError, match=r"No space left on device; the folder is unchanged"):
         pub.publish([make_wheel(tmp_path / "w2", project, f"0.2.0{LOCAL}")], target, env=env)
     assert len(calls) == 2
     assert listing(folder) == before  # same files, byte for byte: no new wheel, no temp files
@@ -359,9 +359,9 @@ def test_target_resolution_precedence_and_sources(tmp_path: Path) -> None:
     corp = pub.resolve_target("corp", recipe_publish, env=env, pypirc=pypirc)
     assert (corp.url, corp.pypirc) == ("https://corp.example/", pypirc)
     assert "hunter2-secret" in corp.secrets and corp.redact("x hunter2-secret y") == "x *** y"
-    with pytest.raises(PublishError, match="unknown index 'nope'.*known: devpi, internal, other"):
+    with pytest.raises(PublishError, match=r"unknown index 'nope'.*known: devpi, internal, other"):
         pub.resolve_target("nope", recipe_publish, env=env, pypirc=pypirc)
-    with pytest.raises(PublishError, match="no publish target"):
+    with pytest.raises(PublishError, match=r"no publish target"):
         pub.resolve_target(None, Publish(), env=env, pypirc=pypirc)
     named = pub.resolve_target("https://a:b%2Fc@idx.example/", env=clean_env(TWINE_PASSWORD="tw-pw"),
                                indexes_file=indexes, pypirc=pypirc)

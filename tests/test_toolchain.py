@@ -7,7 +7,6 @@ installed on this machine, so those two use recorded facts of such machines.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import replace
@@ -17,7 +16,7 @@ import pytest
 
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
-from build_kernel.resources import cgroup_cpu_quota, cgroup_memory_headroom, plan_jobs, Resources
+from build_kernel.resources import Resources, cgroup_cpu_quota, cgroup_memory_headroom, plan_jobs
 from tests.conftest import run_cli
 
 ARCH = parse_arch_list("12.0a")

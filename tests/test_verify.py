@@ -75,7 +75,7 @@ def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Pa
     report = verify.verify(broken, DEMO.verify, ARCH)
     assert not report.passed
     assert any(f.startswith("import minikernel.flash_attn failed: ImportError") for f in report.failures)
-    with pytest.raises(VerifyError, match="failed verification: import minikernel.flash_attn failed"):
+    with pytest.raises(VerifyError, match=r"failed verification: import minikernel.flash_attn failed"):
         verify.require_verified(broken)
 
 
@@ -113,5 +113,5 @@ def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path) -> 
 def test_unverified_wheel_is_refused(tmp_path: Path, demo_build: DemoBuild) -> None:
     copy = tmp_path / demo_build.wheel.name
     shutil.copy(demo_build.wheel, copy)
-    with pytest.raises(VerifyError, match="has not been verified.*build-kernel verify"):
+    with pytest.raises(VerifyError, match=r"has not been verified.*build-kernel verify"):
         verify.require_verified(copy)
