@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
 
-.PHONY: help venv test test-fast demo wheel verify publish plan doctor bench clean
+.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench clean
 
 help:
 	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
@@ -28,8 +28,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 venv: $(VENV)/.installed
 
-test: venv
+test: venv lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check build_kernel tests bench
+	$(BIN)/mypy build_kernel
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

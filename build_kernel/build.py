@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import git
 from packaging.version import Version
@@ -55,7 +56,12 @@ class BuildResult:
     log: Path
     jobs: list[int] = field(default_factory=list)
     oom_kills: int = 0
-    provenance: dict[str, object] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda_home(self) -> str | None:
+        home = self.provenance.get("toolchain", {}).get("cuda_home")
+        return str(home) if home else None
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)

@@ -98,7 +98,7 @@ def recipes_group() -> None:
 @click.pass_obj
 def recipes_list(opts: Options) -> None:
     """The recipes in recipes/."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in recipe.list_recipes():
         try:
             r = recipe.load(name)

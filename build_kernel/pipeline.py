@@ -55,7 +55,7 @@ def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
     t = time.monotonic()
     with log.step(f"verify {result.wheel.name}"):
         report = verify.verify(result.wheel, plan.recipe.verify, plan.archs, python=python,
-                               gpu_check=opts.gpu_check, cuda_home=result.provenance["toolchain"]["cuda_home"])
+                               gpu_check=opts.gpu_check, cuda_home=result.cuda_home)
     outcome.record("verify", "passed" if report.passed else "failed", time.monotonic() - t, **report.to_dict())
     for warning in report.warnings:
         log.warn(warning)

@@ -367,7 +367,7 @@ def reference_markdown() -> str:
         for f in fields(cls):
             if name == "deps.NAME" and f.name == "name":
                 continue
-            default = f.default if f.default is not MISSING else ("{}" if f.default_factory is dict else "[]")  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else ("{}" if f.default_factory is dict else "[]")
             out.append(f"| `{f.name}` | `{json.dumps(default) if isinstance(default, (str, bool, int, float)) else default}` | {f.metadata.get('doc', '')} |")
         out.append("")
     return "\n".join(out)

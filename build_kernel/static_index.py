@@ -39,7 +39,7 @@ def regenerate(wheel_dir: Path) -> Path:
     simple = wheel_dir / "simple"
     projects: dict[str, list[Path]] = {}
     for wheel in sorted(wheel_dir.glob("*.whl")):
-        name = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        name = str(canonicalize_name(parse_wheel_filename(wheel.name)[0]))
         projects.setdefault(name, []).append(wheel)
     for name, wheels in projects.items():
         links = []

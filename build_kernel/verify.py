@@ -155,7 +155,7 @@ def _needs_libcuda(libs: list[Path]) -> bool:
         with so.open("rb") as fh:
             for section in ELFFile(fh).iter_sections():
                 if isinstance(section, DynamicSection) and any(
-                        t.entry.d_tag == "DT_NEEDED" and t.needed.startswith("libcuda.so") for t in section.iter_tags()):
+                        t.entry.d_tag == "DT_NEEDED" and t.needed.startswith("libcuda.so") for t in section.iter_tags()):  # type: ignore[attr-defined]  # pyelftools sets .needed on DT_NEEDED tags
                     return True
     return False
 
@@ -196,21 +196,20 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, python: str = 
             if lib.extra:
                 report.warnings.append(f"{rel}: code for {', '.join(lib.extra)} was not asked for (wasted build time)")
             if spec.fp4_library and fnmatch.fnmatch(rel, spec.fp4_library):
-                fp4_archs = [a.sm for a in archs if a.fp4_capable and a.sm in found]
                 lib.fp4_matches = {}
-                for arch in fp4_archs:
-                    for pattern, count in sass_matches(so, arch, spec.fp4_sass, cuobjdump).items():
-                        lib.fp4_matches[f"{arch}:{pattern}"] = count
+                for sm in (a.sm for a in archs if a.fp4_capable and a.sm in found):
+                    for pattern, count in sass_matches(so, sm, spec.fp4_sass, cuobjdump).items():
+                        lib.fp4_matches[f"{sm}:{pattern}"] = count
             report.libraries.append(lib)
         if not report.libraries:
             report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
         fp4_archs = [a for a in archs if a.fp4_capable]
         if spec.fp4_library and spec.fp4_sass and fp4_archs:
-            hits = [l for l in report.libraries if l.fp4_matches is not None]
+            hits = [(l, l.fp4_matches) for l in report.libraries if l.fp4_matches is not None]
             if not hits:
                 report.failures.append(f"no library matching {spec.fp4_library} holds {fp4_archs[0].sm} code: the FP4 kernels are missing")
-            for lib in hits:
-                if not any(lib.fp4_matches.values()):
+            for lib, matches in hits:
+                if not any(matches.values()):
                     report.failures.append(
                         f"{lib.path}: no FP4 instructions ({' / '.join(spec.fp4_sass)}) in its "
                         f"{', '.join(a.sm for a in fp4_archs)} SASS: the FP4 kernels were not compiled "
@@ -276,7 +275,7 @@ def require_verified(wheel: Path, *, force: bool = False) -> dict[str, object]:
         elif not data.get("passed"):
             problem = f"{wheel.name} failed verification: {'; '.join(data.get('failures', []))}"
         else:
-            return data
+            return dict(data)
     if force:
         log.warn(f"{problem}: going on because of --force")
         return {}
