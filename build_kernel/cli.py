@@ -136,6 +136,7 @@ def plan_cmd(opts: Options, recipe_name: str | None) -> None:
     """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
     p = opts.plan(recipe_name)
     data = p.to_dict()
+    data["cuda_toolkit"] = _toolkit_choice(p)
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
@@ -145,8 +146,24 @@ def plan_cmd(opts: Options, recipe_name: str | None) -> None:
     table.add_row("jobs", p.jobs.derivation)
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
+    table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     table.add_row("cache", str(p.cache_dir))
     emit(opts, data, table)
+
+
+def _toolkit_choice(p: Plan) -> dict[str, str]:
+    """Which nvcc the build would use, and why, without installing anything."""
+    from build_kernel import buildenv, cudawheels
+
+    python = buildenv.python_for(p, dry_run=True)
+    facts = toolchain.detect(python if Path(python).exists() else sys.executable)
+    # Before its build env exists, the recipe's CUDA stands in for torch's.
+    cuda = (facts.torch_cuda if Path(python).exists() else None) or p.recipe.toolchain.cuda
+    try:
+        source, why = cudawheels.choose(p.recipe.toolchain.cuda_source, facts, cuda, p.archs)
+    except BuildKernelError as exc:
+        return {"source": "none", "why": exc.render()}
+    return {"source": source, "why": why}
 
 
 @cli.command("doctor")

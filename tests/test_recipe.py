@@ -198,3 +198,9 @@ def test_recipe_reference_doc_is_generated_from_the_model() -> None:
     committed = (Path(__file__).resolve().parent.parent / "docs/recipe-reference.md").read_text()
     assert proc.stdout == committed, "run `build-kernel recipes reference > docs/recipe-reference.md`"
     assert "| `job_memory_gb` |" in committed and "## [deps.NAME]" in committed
+
+
+def test_plan_says_which_cuda_toolkit_and_why() -> None:
+    data = json.loads(run_cli("--json", "plan", "--recipe", "demo").stdout)
+    assert data["cuda_toolkit"]["source"] in ("system", "wheels")
+    assert "13.0" in data["cuda_toolkit"]["why"]
