@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,20 +94,29 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
             shutil.rmtree(final)  # no marker: left by an interrupted run
         for stale in final.parent.glob(f".{final.name}.partial-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = fetch.temp_dir_for(final)
-        try:
+        applied: list[patches.PatchStatus] = []
+
+        def fill(tmp: Path) -> dict[str, object]:
             fetch.checkout(mirror, sha, tmp)
             check_applicability(plan, sha, upstream_version(tmp / r.source.subdir))
-            statuses = tuple(patches.apply_series(tmp, plan.series, r.source.subdir))
-            (tmp / fetch.MARKER).write_text(json.dumps({
-                "commit": sha, "series_digest": plan.series.digest, "repo": url,
-                "patches": [s.to_dict() for s in statuses],
-            }, indent=2))
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return Tree(final, final / r.source.subdir, sha, plan.series.digest, False, statuses, dep_dirs)
+            applied.extend(patches.apply_series(tmp, plan.series, r.source.subdir))
+            return {"commit": sha, "series_digest": plan.series.digest, "repo": url,
+                    "patches": [s.to_dict() for s in applied]}
+
+        _make_atomically(final, fill)
+    return Tree(final, final / r.source.subdir, sha, plan.series.digest, False, tuple(applied), dep_dirs)
+
+
+def _make_atomically(final: Path, fill: Callable[[Path], dict[str, object]]) -> None:
+    """Fill a `.partial-` sibling, mark it complete, then rename it into place; never half."""
+    tmp = fetch.temp_dir_for(final)
+    try:
+        marker = fill(tmp)
+        (tmp / fetch.MARKER).write_text(json.dumps(marker, indent=2))
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def prepare_deps(plan: Plan, *, offline: bool = False) -> dict[str, Path]:
@@ -129,12 +139,10 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
         if (final / fetch.MARKER).is_file():
             return final
         shutil.rmtree(final, ignore_errors=True)
-        tmp = fetch.temp_dir_for(final)
-        try:
+
+        def fill(tmp: Path) -> dict[str, object]:
             fetch.checkout(mirror, sha, tmp)
-            (tmp / fetch.MARKER).write_text(json.dumps({"commit": sha, "repo": url}))
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            return {"commit": sha, "repo": url}
+
+        _make_atomically(final, fill)
     return final

@@ -74,9 +74,9 @@ def upstream(tmp_path: Path) -> tuple[Path, str]:
 
 
 def make_plan(project: Path, repo: Path, commit: str, cache: Path, patches: dict[str, str] | None = None,
-              extra: str = "") -> Plan:
+              extra: str = "", info: str = "") -> Plan:
     write_series(project, "s", "v1", patches if patches is not None else
-                 {"0001-policy.patch": PATCH_POLICY, "0002-newfile.patch": PATCH_NEWFILE})
+                 {"0001-policy.patch": PATCH_POLICY, "0002-newfile.patch": PATCH_NEWFILE}, info=info)
     write_recipe(project, "r", f"""
         [source]
         repo = "{repo}"
@@ -233,20 +233,8 @@ def test_interrupted_tree_is_never_trusted(project: Path, upstream: tuple[Path, 
 
 def test_series_made_for_other_commits_is_refused(project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
     repo, sha = upstream
-    write_series(project, "s", "v1", {"0002-newfile.patch": PATCH_NEWFILE},
-                 info=f'applies_to_commits = ["{"1" * 40}"]\n')
-    write_recipe(project, "r", f"""
-        [source]
-        repo = "{repo}"
-        commit = "{sha}"
-        subdir = "pkg"
-        [patches]
-        series = "s"
-        version = "v1"
-        [build]
-        arch = ["12.0a"]
-    """)
-    plan = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    plan = make_plan(project, repo, sha, tmp_path / "cache", {"0002-newfile.patch": PATCH_NEWFILE},
+                     info=f'applies_to_commits = ["{"1" * 40}"]\n')
     with pytest.raises(PatchError, match=r"is made for 111111111111, not .*patch check"):
         workspace.prepare(plan)
 
