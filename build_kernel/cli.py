@@ -151,6 +151,15 @@ def plan_cmd(opts: Options, recipe_name: str | None) -> None:
     emit(opts, data, table)
 
 
+def _newest_wheel(p: Plan) -> Path:
+    """The recipe's most recent wheel in the output folder (what `build` just made)."""
+    candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
+    if not candidates:
+        raise click.UsageError(f"no wheel in {p.output_dir}: build one first (build-kernel build --recipe "
+                               f"{p.recipe.name}) or pass WHEEL")
+    return candidates[-1]
+
+
 def _toolkit_choice(p: Plan) -> dict[str, str]:
     """Which nvcc the build would use, and why, without installing anything."""
     from build_kernel import buildenv, cudawheels
@@ -324,10 +333,7 @@ def verify_cmd(opts: Options, wheel: Path | None, recipe_name: str | None, gpu_c
 
     p = opts.plan(recipe_name)
     if wheel is None:
-        candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
-        if not candidates:
-            raise click.UsageError(f"no wheel in {p.output_dir}: build one first or pass WHEEL")
-        wheel = candidates[-1]
+        wheel = _newest_wheel(p)
     with log.step(f"verify {wheel.name}"):
         report = verify.verify(wheel, p.recipe.verify, p.archs, gpu_check=gpu_check)
     table = Table("check", "result")
@@ -369,10 +375,7 @@ def publish_cmd(opts: Options, wheels: tuple[Path, ...], recipe_name: str | None
     if not wheels:
         if p is None:
             raise click.UsageError("nothing to publish: pass WHEEL… or --recipe NAME")
-        candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
-        if not candidates:
-            raise click.UsageError(f"no wheel in {p.output_dir}: build one first or pass WHEEL")
-        wheels = (candidates[-1],)
+        wheels = (_newest_wheel(p),)
     target = publish.resolve_target(to, p.recipe.publish if p else None, env=os.environ, install_url=install_url,
                                     recipe_root=p.recipe.root if p else None)
     with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
