@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_kernel import build, buildenv, recipe, workspace  # noqa: E402
-from build_kernel.plan import resolve  # noqa: E402
-from build_kernel.resources import probe  # noqa: E402
-from build_kernel.series import write_lock  # noqa: E402
+from build_kernel import build, buildenv, recipe, workspace
+from build_kernel.plan import resolve
+from build_kernel.resources import probe
+from build_kernel.series import write_lock
 
 
 def project_with(tmp: Path, patches: list[str], version: str) -> Path:
