@@ -202,11 +202,18 @@ def _run_with_progress(cmd: list[str], env: dict[str, str], cwd: Path, log_path:
                   TextColumn("eta"), TimeRemainingColumn(), console=log.console, transient=True,
                   disable=not log.console.is_terminal) as progress:
         task = progress.add_task("compile", total=None)
+        start, last_said = time.monotonic(), [0.0]
 
         def on_line(line: str) -> None:
             m = NINJA_PROGRESS.match(line)
             if m:
-                progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
+                done, total = int(m.group(1)), int(m.group(2))
+                progress.update(task, completed=done, total=total)
+                # No bar in a log file (CI): a line at most every 15 s, and the last step.
+                now = time.monotonic()
+                if not log.console.is_terminal and (now - last_said[0] >= 15 or done == total):
+                    last_said[0] = now
+                    log.info(f"  [{done}/{total}] {now - start:.0f} s")
             elif not log.console.is_terminal and line.startswith(("FAILED", "ninja:")):
                 log.info(line.rstrip())
 
