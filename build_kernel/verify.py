@@ -22,10 +22,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
-from build_kernel import log
+from build_kernel import driver_stub, log
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
@@ -87,6 +84,7 @@ class Report:
     ops_found: list[str] = field(default_factory=list)
     ops_missing: list[str] = field(default_factory=list)
     gpu: dict[str, object] | None = None
+    driver: str = ""
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -150,28 +148,6 @@ def sass_matches(so: Path, arch: str, patterns: tuple[str, ...], cuobjdump: str)
     return {p: len(re.findall(p, proc.stdout)) for p in patterns}
 
 
-def _needs_libcuda(libs: list[Path]) -> bool:
-    for so in libs:
-        with so.open("rb") as fh:
-            for section in ELFFile(fh).iter_sections():
-                if isinstance(section, DynamicSection) and any(
-                        t.entry.d_tag == "DT_NEEDED" and t.needed.startswith("libcuda.so") for t in section.iter_tags()):  # type: ignore[attr-defined]  # pyelftools sets .needed on DT_NEEDED tags
-                    return True
-    return False
-
-
-def _driver_stub_dir(tmp: Path, cuda_home: str | None) -> Path | None:
-    """On a host without a driver, the toolkit's libcuda stub lets the library load."""
-    roots = [Path(cuda_home)] if cuda_home else []
-    roots += [Path(p) / "nvidia" for p in sys.path if p and (Path(p) / "nvidia").is_dir()]
-    for root in roots:
-        for stub in root.glob("**/stubs/libcuda.so"):
-            link = tmp / "libcuda.so.1"
-            link.symlink_to(stub)
-            return tmp
-    return None
-
-
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, python: str = sys.executable,
            gpu_check: str = "", cuda_home: str | None = None) -> Report:
     """Check one wheel; write `<wheel>.verify.json`; return the report."""
@@ -228,17 +204,9 @@ def _import_check(report: Report, site: Path, spec: Verify, archs: tuple[Arch, .
     # The wheel first; then build_kernel itself, for its GPU checks (never the package).
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(Path(__file__).resolve().parent.parent)])
     env["PYTHONNOUSERSITE"] = "1"
-    if _needs_libcuda(libs):
-        stub = _driver_stub_dir(tmp, cuda_home)
-        try:
-            import ctypes
-
-            ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            if stub:
-                env["LD_LIBRARY_PATH"] = f"{stub}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}"
-            else:
-                report.warnings.append("libcuda.so.1 is neither installed nor available as a toolkit stub")
+    stub_dir, report.driver = driver_stub.provide(libs, tmp / "driver", cuda_home)
+    if stub_dir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(stub_dir), env.get("LD_LIBRARY_PATH", "")) if p)
     probe = {"modules": list(spec.import_modules), "namespace": spec.op_namespace, "ops": list(spec.ops),
              "gpu_check": gpu_check or spec.gpu_check, "archs": [a.torch for a in archs]}
     proc = subprocess.run([python, "-c", _IMPORT_PROBE, json.dumps(probe)], capture_output=True, text=True,
