@@ -263,6 +263,9 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
                            int(provenance["oom_kills"]), provenance)
 
     work = plan.cache_dir / "build" / key
+    if force:
+        # The sources are copied with their timestamps: only a fresh build folder recompiles.
+        shutil.rmtree(work / "cmake", ignore_errors=True)
     src = work / "src"
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(tree.project, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -101,3 +102,15 @@ def test_dead_dependency_pin_fails_without_override(project: Path, tmp_path: Pat
     fixed = cli_build(project, "r", tmp_path / "cache")
     assert fixed.returncode == 0, fixed.stderr
     assert json.loads(fixed.stdout)["provenance"]["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"]
+
+
+def test_force_recompiles_everything(demo_build: DemoBuild) -> None:
+    proc = run_cli("--cache-dir", str(demo_build.cache), "--output-dir", str(demo_build.out), "--arch", "12.0a",
+                   "--json", "build", "--recipe", "demo", "--force")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["cached"] is False
+    log = Path(result["log"]).read_text()
+    for source in ("activation.cu", "nvfp4_quant.cu", "common_extension.cc"):
+        assert re.search(rf"-c \S*/csrc/{re.escape(source)}\b", log), source
+    assert "ninja: no work to do" not in log
