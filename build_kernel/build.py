@@ -127,10 +127,11 @@ def select_toolkit(plan: Plan, python: str, *, offline: bool = False
 
 def build_defines(plan: Plan, facts: toolchain.Facts, tree: Tree,
                   toolkit: cudawheels.Toolkit | None = None) -> dict[str, str]:
-    """CMake defines: toolkit view < FetchContent overrides < recipe."""
-    defines = toolchain.cmake_defines(facts)
-    if toolkit:
-        defines.update(toolkit.defines)
+    """CMake defines: torch + toolkit view < FetchContent overrides < recipe."""
+    defines: dict[str, str] = {}
+    if facts.torch_cmake_prefix:
+        defines["Torch_DIR"] = str(Path(facts.torch_cmake_prefix) / "Torch")
+    defines.update(toolkit.defines if toolkit else toolchain.cmake_defines(facts))
     defines.update(tree.fetchcontent_defines())
     defines.update(plan.recipe.build.defines)
     return defines

@@ -198,16 +198,15 @@ def _first(root: Path, patterns: tuple[str, ...]) -> Path | None:
 
 
 def cmake_defines(facts: Facts) -> dict[str, str]:
-    """The toolkit view CMake and torch's CMake config need, filled from torch's own
-    nvidia wheels where the toolkit is minimal (no libnvrtc, no cuBLAS/cuSPARSE headers)."""
+    """The system toolkit's view for CMake and torch's CMake config, filled from torch's own
+    nvidia wheels where the toolkit is minimal (no libnvrtc, no cuBLAS/cuSPARSE headers).
+    A toolkit from PyPI wheels brings its own (cudawheels.Toolkit.defines)."""
     defines: dict[str, str] = {}
     if facts.cuda_home:
         home = Path(facts.cuda_home)
         defines["CMAKE_CUDA_COMPILER"] = str(home / "bin" / "nvcc")
         defines["CUDAToolkit_ROOT"] = str(home)
         defines["CUDA_TOOLKIT_ROOT_DIR"] = str(home)  # torch's bundled FindCUDA reads this one
-    if facts.torch_cmake_prefix:
-        defines["Torch_DIR"] = str(Path(facts.torch_cmake_prefix) / "Torch")
     if facts.cuda_home and facts.torch_nvidia_dir and Path(facts.torch_nvidia_dir).is_dir():
         home, wheels = Path(facts.cuda_home), Path(facts.torch_nvidia_dir)
         if not _first(home, ("lib64/libnvrtc.so*", "targets/*/lib/libnvrtc.so*")):
