@@ -230,11 +230,10 @@ offline_option = click.option("--offline", is_flag=True, help="Use only what is 
 @click.pass_obj
 def fetch_cmd(opts: Options, recipe_name: str | None, offline: bool) -> None:
     """Fetch the pinned source and apply the patch series (cached by commit + series)."""
-    from build_kernel import workspace
+    from build_kernel import pipeline
 
     p = opts.plan(recipe_name)
-    with log.step(f"fetch + patch {p.recipe.source.commit[:12]}"):
-        tree = workspace.prepare(p, offline=offline)
+    tree = pipeline.fetch_stage(p, offline=offline)
     data = {"tree": str(tree.root), "project": str(tree.project), "commit": tree.commit, "cached": tree.cached,
             "patches": [s.to_dict() for s in tree.patches], "defines": tree.fetchcontent_defines()}
     emit(opts, data, f"{tree.project}  ({'cached' if tree.cached else 'new'}, {len(tree.patches)} patches)")
@@ -310,15 +309,10 @@ def patch_refresh_cmd(opts: Options, recipe_name: str | None, worktree: Path) ->
 @click.pass_obj
 def build_cmd(opts: Options, recipe_name: str | None, offline: bool, force: bool) -> None:
     """Fetch, patch and build the wheel (cached by every input)."""
-    from build_kernel import build, buildenv, workspace
+    from build_kernel import pipeline
 
     p = opts.plan(recipe_name)
-    with log.step(f"fetch + patch {p.recipe.source.commit[:12]}"):
-        tree = workspace.prepare(p, offline=offline)
-    python = buildenv.python_for(p)
-    with log.step(f"build {p.arch_list} with {p.jobs.jobs} job(s)"):
-        log.info(p.jobs.derivation)
-        result = build.build(p, tree, python, force=force, offline=offline)
+    _, result = pipeline.build_stage(p, pipeline.fetch_stage(p, offline=offline), force=force, offline=offline)
     emit(opts, result.to_dict(), f"{result.wheel}  ({'cache hit' if result.cached else 'built'}, {result.version})")
 
 

@@ -35,6 +35,21 @@ class Outcome:
         self.stages[stage] = {"status": status, "seconds": round(seconds, 1), **info}
 
 
+def fetch_stage(plan: Plan, *, offline: bool = False) -> workspace.Tree:
+    """The pinned source with the series applied (fetch + patch)."""
+    with log.step(f"fetch + patch {plan.recipe.source.commit[:12]} ({len(plan.series.patches)} patches)"):
+        return workspace.prepare(plan, offline=offline)
+
+
+def build_stage(plan: Plan, tree: workspace.Tree, *, force: bool = False, offline: bool = False
+                ) -> tuple[str, build.BuildResult]:
+    """(build python, wheel): the build environment, then the wheel (or its cache hit)."""
+    python = buildenv.python_for(plan)
+    with log.step(f"build {plan.arch_list} with {plan.jobs.jobs} job(s)"):
+        log.info(plan.jobs.derivation)
+        return python, build.build(plan, tree, python, force=force, offline=offline)
+
+
 def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
     opts = opts or Options()
     outcome = Outcome()
@@ -43,14 +58,11 @@ def run(plan: Plan, opts: Options | None = None) -> dict[str, Any]:
             outcome.record(stage, "not in this version of build-kernel" if stage == "serve" else "planned", 0.0)
         return {"recipe": plan.recipe.name, "dry_run": True, "plan": plan.to_dict(), "stages": outcome.stages}
     t = time.monotonic()
-    with log.step(f"fetch + patch {plan.recipe.source.commit[:12]} ({len(plan.series.patches)} patches)"):
-        tree = workspace.prepare(plan, offline=opts.offline)
+    tree = fetch_stage(plan, offline=opts.offline)
     outcome.record("fetch", "cached" if tree.cached else "done", time.monotonic() - t, tree=str(tree.root), commit=tree.commit)
     outcome.record("patch", "cached" if tree.cached else "done", 0.0, patches=[s.to_dict() for s in tree.patches])
     t = time.monotonic()
-    python = buildenv.python_for(plan)
-    with log.step(f"build {plan.arch_list} with {plan.jobs.jobs} job(s)"):
-        result = build.build(plan, tree, python, force=opts.force, offline=opts.offline)
+    python, result = build_stage(plan, tree, force=opts.force, offline=opts.offline)
     outcome.record("build", "cached" if result.cached else "done", time.monotonic() - t, **result.to_dict())
     t = time.monotonic()
     with log.step(f"verify {result.wheel.name}"):
