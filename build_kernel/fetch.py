@@ -1,9 +1,17 @@
-"""Fetch: a bare mirror per repository, and a clean checkout of the pinned commit.
+"""Fetch: a partial mirror per repository holding only what builds need, and sparse checkouts.
 
-A commit already in the mirror needs no network (`offline=True` enforces that). Every
-mutation of the mirror happens under a file lock, and checkouts are made in a temporary
+A pinned commit is fetched by its SHA alone (`--depth=1 --filter=blob:none`: the commit
+and its trees, no history, no blobs), then only the blobs under the paths the build reads
+(`[source] subdir`, `[deps.NAME] paths`). Branches, tags and pull-request refs are
+fetched only when the server refuses a SHA (then the one ref whose tip it is, else
+branches and tags, else pull-request heads). For sglang that is ~1 MB instead of a
+~1.2 GB full mirror. A commit already in the mirror needs no network (`offline=True`
+enforces that).
+
+Every mutation of a mirror happens under a file lock; checkouts are made in a temporary
 folder and renamed into place only when complete, so an interrupted run leaves nothing
-a later run would trust.
+a later run would trust. Checkouts borrow the mirror's objects (alternates) and are
+partial clones of upstream themselves, so git never needs the blobs outside their paths.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import git
@@ -19,9 +28,18 @@ from filelock import FileLock
 
 from build_kernel import examples
 from build_kernel.errors import FetchError
+from build_kernel.mirrors import Mirrors, Rewrite
 from build_kernel.recipe import SHA_RE
 
 MARKER = ".build-kernel.json"
+PIN_REF = "refs/build-kernel/pins/"
+FLOATING_REF = "refs/build-kernel/refs/"
+# History without a depth limit, said as a depth: a plain fetch into a partial clone from a
+# shallow server lazily fetches the missing parents in a child git and deadlocks (git 2.39);
+# an "infinite" depth (what --unshallow sends) takes the server's own boundary instead.
+_ALL_HISTORY = "--depth=2147483647"
+# Messages of servers that refuse a want by SHA (unadvertised object).
+_REFUSED = ("not our ref", "unadvertised object", "allow request for unadvertised")
 
 
 def _slug(url: str) -> str:
@@ -41,14 +59,6 @@ def resolve_url(repo: str, cache_dir: Path, base: Path | None = None) -> str:
     return repo
 
 
-def _has_commit(mirror: git.Repo, sha: str) -> bool:
-    try:
-        mirror.git.cat_file("-e", f"{sha}^{{commit}}")
-        return True
-    except git.GitCommandError:
-        return False
-
-
 def _git_error(exc: git.GitCommandError) -> str:
     """git's own `fatal:`/`error:` line, without GitPython's wrapping."""
     lines = [re.sub(r"^stderr:\s*", "", l.strip()).strip("'").strip() for l in str(exc.stderr or exc).splitlines()]
@@ -59,57 +69,250 @@ def _git_error(exc: git.GitCommandError) -> str:
     return lines[-1] if lines else f"git exited {exc.status}"
 
 
-def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allow_floating: bool = False) -> tuple[Path, str]:
-    """Make sure the mirror of `url` holds `commit`; return (mirror path, full SHA)."""
-    mirrors = cache_dir / "mirrors"
-    mirrors.mkdir(parents=True, exist_ok=True)
-    path = mirrors / f"{_slug(url)}.git"
+def _where(rw: Rewrite) -> str:
+    """The repository as the user should read it in an error: the mirror and what it stands for."""
+    return f"mirror {rw.fetch_url} (for {rw.url}, set in {rw.rule.origin})" if rw.rule else rw.url
+
+
+def _init_mirror(path: Path) -> None:
+    """An empty bare repository that may lack blobs (a partial clone of `origin`)."""
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    try:
+        repo = git.Repo.init(tmp, bare=True)
+        with repo.config_writer() as cfg:
+            cfg.set_value("core", "repositoryformatversion", "1")
+            cfg.set_value("extensions", "partialClone", "origin")
+            cfg.set_value('remote "origin"', "url", "unset")
+            cfg.set_value('remote "origin"', "promisor", "true")
+            cfg.set_value('remote "origin"', "partialclonefilter", "blob:none")
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _local(repo: git.Repo, *args: str) -> str:
+    """git in the mirror that never reaches a remote: in a partial clone a missing object
+    would otherwise be fetched lazily (and `--offline` must mean offline)."""
+    out = repo.git.execute(["git", "--git-dir", repo.git_dir, *args], env={"GIT_ALLOW_PROTOCOL": "none"})
+    return str(out)
+
+
+def _has_commit(repo: git.Repo, sha: str) -> bool:
+    try:
+        _local(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def _is_shallow(repo: git.Repo) -> bool:
+    return (Path(repo.git_dir) / "shallow").is_file()
+
+
+def _needed_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
+    """Blobs a sparse checkout of `paths` reads: the files under them, plus the .gitignore and
+    .gitattributes files of their parent folders (git reads those from the index)."""
+    spec = [p.strip("/") for p in paths if p.strip("/")]
+    wanted: set[str] = set()
+    if spec:
+        parents = {""}
+        for p in spec:
+            parts = p.split("/")
+            parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        meta = [f"{d}/{name}" if d else name for d in parents for name in (".gitignore", ".gitattributes")]
+        listing = _local(repo, "ls-tree", "-r", "--full-tree", sha, "--", *spec, *meta)
+    else:
+        listing = _local(repo, "ls-tree", "-r", "--full-tree", sha)
+    for line in listing.splitlines():
+        info, _, _ = line.partition("\t")
+        _mode, kind, oid = info.split()
+        if kind == "blob":  # not "commit": a submodule is not ours to fetch
+            wanted.add(oid)
+    return wanted
+
+
+def _missing_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
+    # --missing=print lists absent objects without fetching them.
+    listing = _local(repo, "rev-list", "--objects", "--missing=print", "--no-walk", sha)
+    missing = {line[1:].split()[0] for line in listing.splitlines() if line.startswith("?")}
+    return missing & _needed_blobs(repo, sha, paths) if missing else set()
+
+
+def _fetch(repo: git.Repo, *args: str, stdin: Iterable[str] = (), blobs: bool = False) -> None:
+    cmd = ["git", "-C", repo.git_dir, "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags",
+           "--no-write-fetch-head", "--recurse-submodules=no", "--no-filter" if blobs else "--filter=blob:none", *args]
+    lines = list(stdin)
+    if lines:
+        with tempfile.TemporaryFile() as fh:
+            fh.write(("\n".join(lines) + "\n").encode())
+            fh.seek(0)
+            repo.git.execute([*cmd, "--stdin"], istream=fh)
+    else:
+        repo.git.execute(cmd)
+
+
+_H, _T, _P = "refs/build-kernel/heads/", "refs/build-kernel/tags/", "refs/build-kernel/pull/"
+_FALLBACK_REFS = {_H: ("refs/heads/", ""), _T: ("refs/tags/", ""), _P: ("refs/pull/", "/head")}
+
+
+def _containing_ref(repo: git.Repo, sha: str) -> tuple[str, str] | None:
+    """(server ref, our ref) of a fallback-fetched ref that holds `sha`."""
+    for ours in _local(repo, "for-each-ref", "--contains", sha, "--format=%(refname)").split():
+        for prefix, (theirs, suffix) in _FALLBACK_REFS.items():
+            if ours.startswith(prefix):
+                return theirs + ours[len(prefix):] + suffix, ours
+    return None
+
+
+def _tips(repo: git.Repo, sha: str) -> list[str]:
+    """The refs of the server whose tip is `sha` (a branch, a tag, refs/pull/N/head)."""
+    advertised = str(repo.git.ls_remote("origin"))
+    return [line.split("\t")[1] for line in advertised.splitlines() if line.startswith(sha)]
+
+
+def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
+    """The commit alone if the server serves it by SHA; else the smallest set of refs that has it."""
+    pin = f"+{sha}:{PIN_REF}{sha}"
+    try:
+        _fetch(repo, "--depth=1", "origin", pin)
+        return
+    except git.GitCommandError as exc:
+        message = _git_error(exc)
+        if not any(s in str(exc.stderr) for s in _REFUSED):
+            raise FetchError(f"cannot fetch {sha} from {where}: {message}",
+                             hint="check the URL, your network and the [mirrors] table of the user config") from None
+    tips = _tips(repo, sha)
+    if tips:  # the tip of some ref (a branch, a tag, refs/pull/N/head): that ref alone
+        _fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}")
+        return
+    for refspecs in ([f"+refs/heads/*:{_H}*", f"+refs/tags/*:{_T}*"], [f"+refs/pull/*/head:{_P}*"]):
+        try:
+            _fetch(repo, _ALL_HISTORY, "origin", *refspecs)
+        except git.GitCommandError:
+            continue  # e.g. a server with no pull-request refs at all
+        if _has_commit(repo, sha):
+            repo.git.update_ref(PIN_REF + sha, sha)
+            return
+
+
+def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allow_floating: bool = False,
+                  paths: Sequence[str] = (), mirrors: Mirrors | None = None) -> tuple[Path, str]:
+    """Make sure the mirror of `url` holds `commit` and the blobs under `paths` (all, when
+    empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from."""
+    rw = (mirrors or Mirrors()).rewrite(url)
+    root = cache_dir / "mirrors"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{_slug(url)}.git"
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
         raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or pass --allow-floating")
     with FileLock(str(path) + ".lock"):
-        if not path.exists():
+        created = not path.exists()
+        if created:
             if offline:
                 raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
-                                 hint="run once without --offline, or point the recipe at a local mirror")
-            tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=mirrors))
-            try:
-                git.Repo.clone_from(url, tmp, mirror=True)
-            except git.GitCommandError as exc:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise FetchError(f"cannot clone {url}: {_git_error(exc)}", hint="check the URL and your network, or use a mirror") from None
-            tmp.rename(path)
-        mirror = git.Repo(path)
-        if not floating and _has_commit(mirror, commit):
-            return path, commit
-        if offline:
-            raise FetchError(f"{commit} is not in the cached mirror of {url} and --offline forbids fetching",
-                             hint="run once without --offline")
+                                 hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
+            _init_mirror(path)
         try:
-            mirror.git.fetch("--prune", "origin", "+refs/*:refs/*")
-            if not floating and not _has_commit(mirror, commit):
-                # Hosts that allow it serve unadvertised commits by SHA.
-                mirror.git.fetch("origin", commit)
+            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths)
+        except BaseException:
+            if created:  # nothing of a failed first fetch stays behind
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+
+
+def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: str, floating: bool, offline: bool,
+                   paths: Sequence[str]) -> tuple[Path, str]:
+    where = _where(rw)
+    if not offline:
+        repo.git.remote("set-url", "origin", rw.fetch_url)
+    try:
+        sha = _resolve_floating(repo, commit, where, offline) if floating else commit
+        if not _has_commit(repo, sha):
+            if offline:
+                raise FetchError(f"{sha} is not in the cached mirror of {url} and --offline forbids fetching",
+                                 hint="run once without --offline")
+            _fetch_pin(repo, sha, where)
+            if not _has_commit(repo, sha):
+                if rw.rule:
+                    raise FetchError(f"commit {sha} is not in {where}",
+                                     hint="update the mirror from upstream, or remove its [mirrors] entry")
+                raise FetchError(f"commit {sha} is not in {where}: force-pushed away?",
+                                 hint="pin another commit, or add a mirror that still has it "
+                                      "([deps.NAME] path/repo for dependencies)")
+        _ensure_blobs(repo, sha, paths, url, where, offline)
+    except git.GitCommandError as exc:
+        raise FetchError(f"cannot fetch {commit} from {where}: {_git_error(exc)}",
+                         hint="check the URL, your network and the [mirrors] table of the user config") from None
+    return path, sha
+
+
+def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, where: str, offline: bool) -> None:
+    """The files a checkout of `paths` needs, fetched by id in one request."""
+    missing = _missing_blobs(repo, sha, paths)
+    if not missing:
+        return
+    if offline:
+        raise FetchError(f"{len(missing)} files of {sha[:12]} are not in the cached mirror of {url} and "
+                         "--offline forbids fetching them", hint="run once without --offline")
+    try:
+        _fetch(repo, "origin", stdin=sorted(missing))
+    except git.GitCommandError as exc:
+        if not any(s in str(exc.stderr) for s in _REFUSED):
+            raise
+        # A server that serves no object by id: whole trees, through the ref the commit came by.
+        tips = _tips(repo, sha)
+        if tips:
+            _fetch(repo, "--refetch", "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", blobs=True)
+        else:
+            ref = _containing_ref(repo, sha)
+            if ref is None:
+                raise FetchError(f"{where} serves neither objects by id nor a ref at {sha[:12]}",
+                                 hint="allow uploadpack.allowAnySHA1InWant on the server, or use a mirror that does") from None
+            _fetch(repo, "--refetch", "origin", f"+{ref[0]}:{ref[1]}", blobs=True)
+    still = _missing_blobs(repo, sha, paths)
+    if still:
+        raise FetchError(f"{where} did not send {len(still)} files of {sha[:12]} (e.g. {sorted(still)[0]})",
+                         hint="the server must serve objects by id (uploadpack.allowFilter, uploadpack.allowAnySHA1InWant)")
+
+
+def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool) -> str:
+    """A branch or tag with its history (commits and trees, no blobs), kept under our own ref."""
+    local = FLOATING_REF + ref
+    if not offline:
+        try:
+            _fetch(repo, _ALL_HISTORY, "origin", f"+{ref}:{local}")
         except git.GitCommandError as exc:
-            if floating:
-                raise FetchError(f"cannot fetch {url}: {_git_error(exc)}", hint="check the URL and your network") from None
-        if floating:
-            try:
-                return path, mirror.git.rev_parse(f"{commit}^{{commit}}")
-            except git.GitCommandError:
-                raise FetchError(f"{commit!r} is neither a branch, tag nor commit of {url}", hint="check the ref") from None
-        if not _has_commit(mirror, commit):
-            raise FetchError(
-                f"commit {commit} is not in {url}: force-pushed away?",
-                hint="pin another commit, or add a mirror that still has it ([deps.NAME] path/repo for dependencies)",
-            )
-        return path, commit
+            raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
+                             hint="check the ref") from None
+    sha = _local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
+    if not sha:
+        raise FetchError(f"{ref!r} is not in the cached mirror of {where} and --offline forbids fetching it",
+                         hint="run once without --offline")
+    return sha
 
 
-def checkout(mirror: Path, commit: str, dest: Path) -> git.Repo:
-    """A clean checkout of `commit` at `dest` (which must not exist); HEAD verified."""
-    repo = git.Repo.clone_from(str(mirror), dest, shared=True, no_checkout=True)
-    repo.git.checkout("--quiet", "--detach", commit)
+def checkout(mirror: Path, commit: str, dest: Path, *, paths: Sequence[str] = ()) -> git.Repo:
+    """A checkout of `commit` at `dest` (which must not exist), only `paths` when given; HEAD
+    verified. It borrows the mirror's objects and, like `git clone --filter=blob:none
+    --sparse`, is a partial clone of upstream, so the absent blobs are no error."""
+    source = git.Repo(mirror)
+    repo = git.Repo.init(dest)
+    (Path(repo.git_dir) / "objects" / "info" / "alternates").write_text(str(mirror.resolve() / "objects") + "\n")
+    if _is_shallow(source):
+        shutil.copyfile(Path(source.git_dir) / "shallow", Path(repo.git_dir) / "shallow")
+    with repo.config_writer() as cfg:
+        cfg.set_value("core", "repositoryformatversion", "1")
+        cfg.set_value("extensions", "partialClone", "origin")
+        cfg.set_value('remote "origin"', "url", source.git.remote("get-url", "origin"))
+        cfg.set_value('remote "origin"', "promisor", "true")
+        cfg.set_value("advice", "detachedHead", "false")
+    spec = [p.strip("/") for p in paths if p.strip("/")]
+    if spec:
+        repo.git.sparse_checkout("set", "--no-cone", *(f"/{p}/" for p in spec))
+    repo.git.execute(["git", "-C", str(dest), "checkout", "--quiet", "--detach", commit],
+                     env={"GIT_ALLOW_PROTOCOL": "none"})  # every blob it needs is in the mirror
     head = repo.head.commit.hexsha
     if head != commit:
         raise FetchError(f"checkout of {commit} in {dest} gave HEAD {head}", hint="delete the cache folder and retry")
@@ -124,5 +327,3 @@ def temp_dir_for(final: Path) -> Path:
     """A fresh sibling of `final`, renamed into place when complete."""
     final.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
-
-

@@ -24,8 +24,9 @@ def _checkout(plan: Plan, commit: str | None, dest: Path, offline: bool) -> str:
     r = plan.recipe
     url = fetch.resolve_url(r.source.repo, plan.cache_dir, r.root)
     mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
-                                      allow_floating=r.source.allow_floating or commit is not None)
-    fetch.checkout(mirror, sha, dest)
+                                      allow_floating=r.source.allow_floating or commit is not None,
+                                      paths=r.source.paths, mirrors=plan.mirrors)
+    fetch.checkout(mirror, sha, dest, paths=r.source.paths)
     return sha
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from build_kernel import mirrors as mirrors_config
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
 from build_kernel.errors import RecipeError
 from build_kernel.recipe import Recipe, check_fp4
@@ -36,6 +37,12 @@ class Plan:
     cache_dir: Path
     output_dir: Path
     resources: Resources
+    mirrors: mirrors_config.Mirrors = mirrors_config.Mirrors()
+
+    def remotes(self) -> list[mirrors_config.Rewrite]:
+        """Every repository the plan fetches, with the rewrite in force for it (if any)."""
+        urls = [self.recipe.source.repo] + [d.repo for d in self.recipe.deps if d.repo]
+        return [self.mirrors.rewrite(u) for u in urls if "://" in u or u.startswith("git@")]
 
     @property
     def arch_list(self) -> str:
@@ -72,7 +79,9 @@ class Plan:
             "nvcc_threads": r.build.nvcc_threads,
             "defines": dict(r.build.defines),
             "env": self.build_env(),
-            "deps": [dict(vars(d)) for d in r.deps],
+            "deps": [{**vars(d), "paths": list(d.paths)} for d in r.deps],
+            "mirrors": {"config": str(self.mirrors.config_file) if self.mirrors.config_file else None,
+                        "rewrites": [rw.to_dict() for rw in self.remotes() if rw.rewritten]},
             "verify": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(r.verify).items()},
             "serve": {"model": r.serve.model, "args": list(r.serve.args), "host": r.serve.host, "port": r.serve.port},
             "publish": {"target": r.publish.target, "targets": dict(r.publish.targets)},
@@ -140,4 +149,5 @@ def resolve(
         cache_dir=Path(cache) if cache else default_cache_dir(env),
         output_dir=Path(output) if output else recipe.root / "wheels",
         resources=res,
+        mirrors=mirrors_config.load(env),
     )

@@ -42,6 +42,12 @@ class Source:
     ref: str = _doc("Branch or tag the commit came from, for humans only.", "")
     subdir: str = _doc("Folder of the package inside the repository (sgl-kernel: `sgl-kernel`).", "")
     allow_floating: bool = _doc("Allow `commit` to be a branch or tag instead of a SHA.", False)
+    sparse: bool = _doc("Check out only `subdir` (and fetch only its files); false: the whole tree.", True)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """What the build reads of the repository: `subdir` alone, or everything."""
+        return (self.subdir,) if self.sparse and self.subdir else ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Dep:
     repo: str = _doc("Git URL, local path or `example:NAME` to fetch the dependency from.", "")
     commit: str = _doc("Full 40-hex SHA of the dependency to use.", "")
     path: str = _doc("A local source folder to use as is instead of repo + commit.", "")
+    paths: tuple[str, ...] = _doc("Folders the build reads (sparse checkout; only their files are fetched). "
+                                  "Empty: the whole tree.", factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -346,6 +354,11 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
             problems.add(where(key, ""), key, "give either repo + commit or path")
         elif dep.repo and not SHA_RE.match(dep.commit):
             problems.add(where(key, "commit"), f"{key}.commit", "must be a full 40-hex SHA")
+        if dep.paths and dep.path:
+            problems.add(where(key, "paths"), f"{key}.paths", "only with repo + commit (a local path is used whole)")
+        for sub in dep.paths:
+            if sub.startswith("/") or ".." in sub.split("/") or not sub.strip("/"):
+                problems.add(where(key, "paths"), f"{key}.paths", f"{sub!r} is not a folder inside the repository")
 
 
 def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:

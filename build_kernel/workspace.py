@@ -7,6 +7,7 @@ tree that a later run would trust.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -77,7 +78,8 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
     r = plan.recipe
     url = fetch.resolve_url(r.source.repo, plan.cache_dir, r.root)
     mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
-                                      allow_floating=r.source.allow_floating)
+                                      allow_floating=r.source.allow_floating, paths=r.source.paths,
+                                      mirrors=plan.mirrors)
     dep_dirs = prepare_deps(plan, offline=offline)
     final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +99,7 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
         applied: list[patches.PatchStatus] = []
 
         def fill(tmp: Path) -> dict[str, object]:
-            fetch.checkout(mirror, sha, tmp)
+            fetch.checkout(mirror, sha, tmp, paths=r.source.paths)
             check_applicability(plan, sha, upstream_version(tmp / r.source.subdir))
             applied.extend(patches.apply_series(tmp, plan.series, r.source.subdir))
             return {"commit": sha, "series_digest": plan.series.digest, "repo": url,
@@ -132,8 +134,11 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
             raise FetchError(f"[deps.{dep.name}] path {path} does not exist", hint="fix the path in the recipe")
         return path.resolve()
     url = fetch.resolve_url(dep.repo, plan.cache_dir, plan.recipe.root)
-    mirror, sha = fetch.ensure_commit(url, dep.commit, plan.cache_dir, offline=offline)
-    final = plan.cache_dir / "deps" / f"{dep.name}-{sha[:12]}"
+    mirror, sha = fetch.ensure_commit(url, dep.commit, plan.cache_dir, offline=offline, paths=dep.paths,
+                                      mirrors=plan.mirrors)
+    # A sparse checkout is a different tree: its paths are part of the key.
+    scope = "-" + hashlib.sha256("\n".join(dep.paths).encode()).hexdigest()[:8] if dep.paths else ""
+    final = plan.cache_dir / "deps" / f"{dep.name}-{sha[:12]}{scope}"
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if (final / fetch.MARKER).is_file():
@@ -141,8 +146,8 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
         shutil.rmtree(final, ignore_errors=True)
 
         def fill(tmp: Path) -> dict[str, object]:
-            fetch.checkout(mirror, sha, tmp)
-            return {"commit": sha, "repo": url}
+            fetch.checkout(mirror, sha, tmp, paths=dep.paths)
+            return {"commit": sha, "repo": url, "paths": list(dep.paths)}
 
         _make_atomically(final, fill)
     return final

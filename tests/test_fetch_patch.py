@@ -261,6 +261,6 @@ def test_refresh_regenerates_patch_from_edited_commit(project: Path, upstream: t
 
 def test_unreachable_repo_names_git_reason(project: Path, tmp_path: Path) -> None:
     plan = make_plan(project, tmp_path / "no-such-repo", "1" * 40, tmp_path / "cache")
-    with pytest.raises(FetchError, match=r"cannot clone .*no-such-repo: fatal: .*does not exist"):
+    with pytest.raises(FetchError, match=r"cannot fetch .*no-such-repo: fatal: .*does not appear to be a git repository"):
         workspace.prepare(plan)
     assert not list((tmp_path / "cache" / "mirrors").glob("*.git"))  # no half-made mirror
