@@ -140,6 +140,9 @@ def plan_cmd(opts: Options, recipe_name: str | None) -> None:
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
+    for rw in p.remotes():
+        if rw.rewritten:
+            table.add_row("mirror", rw.describe())
     for patch in p.series.patches:
         table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
     table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
@@ -212,6 +215,11 @@ def doctor_cmd(opts: Options, recipe_name: str | None) -> None:
     table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
     table.add_row("cpus", f"{res.cpus} ({res.cpus_why})")
     table.add_row("memory", f"{res.memory_gb:.1f} GB ({res.memory_why})")
+    if name:
+        data["mirrors"] = [rw.to_dict() for rw in p.remotes() if rw.rewritten]
+        for rw in p.remotes():
+            if rw.rewritten:
+                table.add_row("mirror", rw.describe())
     if "cuda_toolkit" in data:
         table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     for problem in data.get("problems", []):
@@ -262,6 +270,26 @@ def patch_check_cmd(opts: Options, recipe_name: str | None, commit: str | None, 
     emit(opts, [s.to_dict() for s in statuses], table)
     if any(s.state in ("conflicts", "already upstream") for s in statuses):
         sys.exit(5)
+
+
+@patch_group.command("health")
+@recipe_option
+@click.option("--since", metavar="REF", help="Only commits after this one (a commit, branch or tag).")
+@click.option("--until", metavar="REF", help="Walk back from this branch, tag or full commit SHA (default: the recipe's [source] ref).")
+@click.option("--write", "write_to", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the rows (commit, date, version, states) as JSON to FILE, atomically.")
+@offline_option
+@click.pass_obj
+def patch_health_cmd(opts: Options, recipe_name: str | None, since: str | None, until: str | None,
+                     write_to: Path | None, offline: bool) -> None:
+    """The series' state at every upstream commit that changed the package version (a report: exit 0)."""
+    from build_kernel import patch_health
+
+    p = opts.plan(recipe_name)
+    health = patch_health.walk(p, since=since, until=until, offline=offline)
+    if write_to is not None:
+        patch_health.write(health, write_to)
+    emit(opts, [row.to_dict() for row in health.rows], patch_health.render(health, [s.name for s in p.series.patches]))
 
 
 @patch_group.command("lock")

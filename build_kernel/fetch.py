@@ -121,6 +121,7 @@ def _needed_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
             parts = p.split("/")
             parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
         meta = [f"{d}/{name}" if d else name for d in parents for name in (".gitignore", ".gitattributes")]
+        meta.append(".gitmodules")  # where a dependency's submodules come from
         listing = _local(repo, "ls-tree", "-r", "--full-tree", sha, "--", *spec, *meta)
     else:
         listing = _local(repo, "ls-tree", "-r", "--full-tree", sha)
@@ -197,9 +198,10 @@ def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
 
 
 def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allow_floating: bool = False,
-                  paths: Sequence[str] = (), mirrors: Mirrors | None = None) -> tuple[Path, str]:
+                  paths: Sequence[str] = (), mirrors: Mirrors | None = None, history: bool = True) -> tuple[Path, str]:
     """Make sure the mirror of `url` holds `commit` and the blobs under `paths` (all, when
-    empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from."""
+    empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from.
+    A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
     rw = (mirrors or Mirrors()).rewrite(url)
     root = cache_dir / "mirrors"
     root.mkdir(parents=True, exist_ok=True)
@@ -215,7 +217,7 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
                                  hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
             _init_mirror(path)
         try:
-            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths)
+            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history)
         except BaseException:
             if created:  # nothing of a failed first fetch stays behind
                 shutil.rmtree(path, ignore_errors=True)
@@ -223,12 +225,12 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
 
 
 def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: str, floating: bool, offline: bool,
-                   paths: Sequence[str]) -> tuple[Path, str]:
+                   paths: Sequence[str], history: bool) -> tuple[Path, str]:
     where = _where(rw)
     if not offline:
         repo.git.remote("set-url", "origin", rw.fetch_url)
     try:
-        sha = _resolve_floating(repo, commit, where, offline) if floating else commit
+        sha = _resolve_floating(repo, commit, where, offline, history) if floating else commit
         if not _has_commit(repo, sha):
             if offline:
                 raise FetchError(f"{sha} is not in the cached mirror of {url} and --offline forbids fetching",
@@ -277,12 +279,12 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
                          hint="the server must serve objects by id (uploadpack.allowFilter, uploadpack.allowAnySHA1InWant)")
 
 
-def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool) -> str:
-    """A branch or tag with its history (commits and trees, no blobs), kept under our own ref."""
+def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool) -> str:
+    """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref
     if not offline:
         try:
-            _fetch(repo, _ALL_HISTORY, "origin", f"+{ref}:{local}")
+            _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}")
         except git.GitCommandError as exc:
             raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
                              hint="check the ref") from None
@@ -310,7 +312,7 @@ def checkout(mirror: Path, commit: str, dest: Path, *, paths: Sequence[str] = ()
         cfg.set_value("advice", "detachedHead", "false")
     spec = [p.strip("/") for p in paths if p.strip("/")]
     if spec:
-        repo.git.sparse_checkout("set", "--no-cone", *(f"/{p}/" for p in spec))
+        repo.git.sparse_checkout("set", "--no-cone", *(f"/{p}" for p in spec))  # a folder or a file
     repo.git.execute(["git", "-C", str(dest), "checkout", "--quiet", "--detach", commit],
                      env={"GIT_ALLOW_PROTOCOL": "none"})  # every blob it needs is in the mirror
     head = repo.head.commit.hexsha

@@ -79,7 +79,7 @@ class Plan:
             "nvcc_threads": r.build.nvcc_threads,
             "defines": dict(r.build.defines),
             "env": self.build_env(),
-            "deps": [{**vars(d), "paths": list(d.paths)} for d in r.deps],
+            "deps": [{**vars(d), "paths": list(d.paths), "submodules": list(d.submodules)} for d in r.deps],
             "mirrors": {"config": str(self.mirrors.config_file) if self.mirrors.config_file else None,
                         "rewrites": [rw.to_dict() for rw in self.remotes() if rw.rewritten]},
             "verify": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(r.verify).items()},

@@ -134,10 +134,11 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
             raise FetchError(f"[deps.{dep.name}] path {path} does not exist", hint="fix the path in the recipe")
         return path.resolve()
     url = fetch.resolve_url(dep.repo, plan.cache_dir, plan.recipe.root)
-    mirror, sha = fetch.ensure_commit(url, dep.commit, plan.cache_dir, offline=offline, paths=dep.paths,
-                                      mirrors=plan.mirrors)
-    # A sparse checkout is a different tree: its paths are part of the key.
-    scope = "-" + hashlib.sha256("\n".join(dep.paths).encode()).hexdigest()[:8] if dep.paths else ""
+    mirror, sha = fetch.ensure_commit(url, dep.commit or dep.tag, plan.cache_dir, offline=offline, paths=dep.paths,
+                                      mirrors=plan.mirrors, allow_floating=bool(dep.tag), history=False)
+    # A sparse checkout is a different tree: its paths (and submodules) are part of the key.
+    shape = "\n".join(dep.paths) + "\0" + "\n".join(dep.submodules)
+    scope = "-" + hashlib.sha256(shape.encode()).hexdigest()[:8] if dep.paths or dep.submodules else ""
     final = plan.cache_dir / "deps" / f"{dep.name}-{sha[:12]}{scope}"
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
@@ -147,7 +148,40 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
 
         def fill(tmp: Path) -> dict[str, object]:
             fetch.checkout(mirror, sha, tmp, paths=dep.paths)
-            return {"commit": sha, "repo": url, "paths": list(dep.paths)}
+            subs = {sub: _add_submodule(plan, dep, tmp, sub, offline) for sub in dep.submodules}
+            return {"commit": sha, "tag": dep.tag, "repo": url, "paths": list(dep.paths), "submodules": subs}
 
         _make_atomically(final, fill)
     return final
+
+
+def _add_submodule(plan: Plan, dep: Dep, tree: Path, sub: str, offline: bool) -> str:
+    """Check out the commit the dependency's gitlink at `sub` names, as FetchContent's clone
+    would (GIT_SUBMODULES defaults to all), fetched like any dependency; [deps] `paths`
+    below `sub` make it sparse. Returns the submodule's commit."""
+    repo = git.Repo(tree)
+    listing = repo.git.ls_tree("HEAD", "--", sub).split()
+    if len(listing) < 3 or listing[1] != "commit":
+        raise FetchError(f"[deps.{dep.name}] submodules: {sub!r} is not a submodule of {dep.repo} at {repo.head.commit.hexsha[:12]}",
+                         hint="list the gitlink paths of its .gitmodules")
+    sha = str(listing[2])
+    url = ""
+    try:  # read from the commit: a sparse checkout may not have .gitmodules on disk
+        entries = repo.git.config("--blob", "HEAD:.gitmodules", "--get-regexp", r"^submodule\..*\.path$")
+    except git.GitCommandError:
+        entries = ""
+    for line in entries.splitlines():
+        key, _, path = line.partition(" ")
+        if path == sub:
+            url = repo.git.config("--blob", "HEAD:.gitmodules", "--get", key[: -len(".path")] + ".url")
+    if "://" not in url and not url.startswith("git@"):
+        raise FetchError(f"[deps.{dep.name}] submodules: no absolute URL for {sub!r} in its .gitmodules ({url or 'none'})",
+                         hint=f"give {sub} as a [deps] entry of its own instead")
+    prefix = sub.rstrip("/") + "/"
+    paths = [p[len(prefix):] for p in dep.paths if p.startswith(prefix)]
+    mirror, _ = fetch.ensure_commit(url, sha, plan.cache_dir, offline=offline, paths=paths, mirrors=plan.mirrors)
+    dest = tree / sub
+    if dest.is_dir() and not any(dest.iterdir()):
+        dest.rmdir()
+    fetch.checkout(mirror, sha, dest, paths=paths)
+    return sha

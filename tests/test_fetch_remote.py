@@ -194,3 +194,43 @@ def test_sparse_dependency_paths(project: Path, server: dict[str, str], tmp_path
     assert sorted(p.name for p in dep.iterdir() if p.name not in (".git", fetch.MARKER)) == ["pkg"]
     mirror = next(p for p in (tmp_path / "cache/mirrors").glob("*.git") if _refs(p))
     assert server["big"] in _missing(mirror, server["base"])
+
+
+def test_dependency_by_tag_with_a_sparse_submodule(project: Path, server: dict[str, str], tmp_path: Path) -> None:
+    """Like sgl-kernel's FlashMLA (csrc/cutlass is a submodule) and triton (pinned by tag)."""
+    outer = tmp_path / "outer"
+    commit_files(outer, {"csrc/api.cpp": "// api\n", "docs/big.txt": BIG}, "outer")
+    _git(outer, "-c", "protocol.file.allow=always", "submodule", "add", "-q", server["url"], "csrc/up")
+    _git(outer, "-C", "csrc/up", "checkout", "-q", server["base"])
+    _git(outer, "add", "csrc/up")
+    outer_sha = commit_files(outer, {}, "pin the submodule")
+    _git(outer, "tag", "v1.0")
+    _git(outer, "config", "uploadpack.allowFilter", "true")
+    _git(outer, "config", "uploadpack.allowAnySHA1InWant", "true")
+    plan = make_plan(project, Path(server["path"]), server["base"], tmp_path / "cache", patches={}, extra=f"""
+        [deps.outer]
+        repo = "file://{outer}"
+        tag = "v1.0"
+        paths = ["csrc", "csrc/up/pkg"]
+        submodules = ["csrc/up"]
+    """)
+    [dep] = workspace.prepare_deps(plan).values()
+    assert git.Repo(dep).head.commit.hexsha == outer_sha
+    assert (dep / "csrc/api.cpp").is_file() and not (dep / "docs").exists()
+    assert git.Repo(dep / "csrc/up").head.commit.hexsha == server["base"]
+    assert sorted(p.name for p in (dep / "csrc/up").iterdir() if p.name != ".git") == ["pkg"]
+    marker = json.loads((dep / fetch.MARKER).read_text())
+    assert marker["tag"] == "v1.0" and marker["submodules"] == {"csrc/up": server["base"]}
+
+
+def test_dependency_tag_and_commit_together_is_a_recipe_error(project: Path, server: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    from build_kernel.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=r"deps.d.tag: give commit or tag, not both"):
+        make_plan(project, Path(server["path"]), server["base"], tmp_path / "cache", patches={}, extra=f"""
+            [deps.d]
+            repo = "{server['url']}"
+            commit = "{server['base']}"
+            tag = "v1"
+        """)

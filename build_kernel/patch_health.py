@@ -1,0 +1,301 @@
+"""Patch health: the series checked at every upstream commit that changed the package version.
+
+A version bump is where users meet a new upstream, so those are the commits a series
+must survive. The commits come from `git log --first-parent` on the package's
+pyproject.toml (first parent: the version as the branch had it, merges included, not
+the side branches' own steps), kept where `[project] version` differs from the parent's.
+
+The mirror is fetch's partial clone (commits and trees, blobs only where asked for), and
+everything enters it through `fetch.ensure_commit`: the history with the branch, then the
+pyproject.toml of each commit that touched it, then the package's files at each commit
+that is checked. Those commits are checked one after the other in a single scratch clone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from build_kernel import fetch, log, patches
+from build_kernel.errors import FetchError, PatchError
+from build_kernel.plan import Plan
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Row:
+    commit: str
+    date: str
+    version: str
+    statuses: tuple[patches.PatchStatus, ...]
+
+    @property
+    def applies(self) -> bool:
+        """The whole series would apply (what `fetch` needs): offsets are fine, nothing upstream or conflicting."""
+        return all(s.state in (patches.APPLIES, patches.OFFSET) for s in self.statuses)
+
+    def states(self) -> dict[str, str]:
+        return {s.name: s.state for s in self.statuses}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"commit": self.commit, "date": self.date, "version": self.version, "states": self.states(),
+                "applies": self.applies, "patches": [s.to_dict() for s in self.statuses]}
+
+    def record(self) -> dict[str, object]:
+        """What `--write` keeps: no offsets or conflict text, so the file changes only when a state does."""
+        return {"commit": self.commit, "date": self.date, "version": self.version, "states": self.states()}
+
+
+@dataclass(frozen=True)
+class Health:
+    url: str
+    until: str
+    since: str | None
+    rows: tuple[Row, ...]
+
+    @property
+    def whole(self) -> int:
+        return sum(row.applies for row in self.rows)
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    # Never a lazy fetch: the mirror is a partial clone, and what it lacks is fetched by fetch.ensure_commit.
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": "none"}
+    return subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=env, check=False)
+
+
+def _out(repo: Path, *args: str) -> str:
+    proc = _git(repo, *args)
+    if proc.returncode:
+        raise FetchError(f"git {args[0]} failed in {repo}: {proc.stderr.decode().strip()}",
+                         hint="delete the mirror from the cache and retry")
+    return proc.stdout.decode()
+
+
+def _rev_parse(mirror: Path, ref: str) -> str | None:
+    proc = _git(mirror, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class _Fetcher:
+    """fetch.ensure_commit for this recipe's repository: the one way objects enter the mirror."""
+
+    plan: Plan
+    url: str
+    offline: bool
+
+    def __call__(self, ref: str, paths: tuple[str, ...], *, floating: bool = False) -> tuple[Path, str]:
+        return fetch.ensure_commit(self.url, ref, self.plan.cache_dir, offline=self.offline, allow_floating=floating,
+                                   paths=paths, mirrors=self.plan.mirrors)
+
+
+def _until(get: _Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]:
+    """The mirror and the newest commit to walk from (a branch or tag comes with its history)."""
+    ref = until or get.plan.recipe.source.ref or "HEAD"
+    try:
+        mirror, sha = get(ref, (pyproject,), floating=True)
+    except FetchError as exc:
+        if until:
+            raise FetchError(f"--until {ref}: {exc.message}", hint=exc.hint) from exc
+        also = "pass --until BRANCH|TAG|SHA"
+        raise FetchError(f"the recipe's [source] ref {ref!r} (the default --until): {exc.message}",
+                         hint=f"{exc.hint}, or {also}" if exc.hint else also) from exc
+    return mirror, _rev_parse(mirror, sha) or sha  # an annotated tag: its commit
+
+
+def _since(get: _Fetcher, mirror: Path, since: str, pyproject: str) -> str:
+    """`since` resolved in the mirror (a SHA, even abbreviated), else fetched as a ref."""
+    sha = _rev_parse(mirror, since)
+    if sha is not None:
+        return sha
+    try:
+        sha = get(since, (pyproject,), floating=True)[1]
+    except FetchError as exc:
+        hint = ("it is not in the cached mirror: run without --offline" if get.offline
+                else f"check the name (`git ls-remote {get.url}` lists branches and tags)")
+        raise FetchError(f"--since {since} is not a commit, branch or tag of {get.url}", hint=hint) from exc
+    return _rev_parse(mirror, sha) or sha
+
+
+def _cut(mirror: Path, until: str, since: str | None) -> str | None:
+    """The commit where the walk's history ends early: a pin fetched alone (`--depth=1`) has no parents."""
+    shallow = mirror / "shallow"
+    if not shallow.is_file():
+        return None
+    cut = set(shallow.read_text().split())
+    walked = _out(mirror, "rev-list", "--first-parent", until, *([f"^{since}"] if since else [])).split()
+    return next((sha for sha in walked if sha in cut), None)
+
+
+def _ensure_history(get: _Fetcher, mirror: Path, until: str, since: str | None, pyproject: str) -> None:
+    if _cut(mirror, until, since) is None:
+        return
+    if not get.offline:
+        with contextlib.suppress(FetchError):  # reported below, as what it means for the walk
+            get("HEAD", (pyproject,), floating=True)  # fetching a branch unshallows the whole mirror
+    cut = _cut(mirror, until, since)
+    if cut is not None:
+        raise FetchError(f"the cached mirror of {get.url} has no history before {cut[:12]} (a commit fetched alone)",
+                         hint="run without --offline: that fetches the history" if get.offline
+                         else "pass a branch or tag that has it as --until")
+
+
+def _present(mirror: Path, oid: str) -> bool:
+    return _git(mirror, "cat-file", "-e", oid).returncode == 0
+
+
+def _blobs(mirror: Path, oids: list[str]) -> dict[str, bytes]:
+    """The contents of many blobs (all present) in one process."""
+    proc = _git(mirror, "cat-file", "--batch", input="".join(f"{o}\n" for o in oids).encode())
+    if proc.returncode:
+        raise FetchError(f"git cat-file failed in {mirror}: {proc.stderr.decode().strip()}",
+                         hint="delete the mirror from the cache and retry")
+    out, pos = proc.stdout, 0
+    found: dict[str, bytes] = {}
+    for oid in oids:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) == 3:  # else "<oid> missing"
+            size = int(header[2])
+            found[oid] = out[pos:pos + size]
+            pos += size + 1
+    return found
+
+
+def _version(blob: bytes | None) -> str | None:
+    if blob is None:
+        return None
+    try:
+        version = tomllib.loads(blob.decode("utf-8", errors="replace")).get("project", {}).get("version")
+    except tomllib.TOMLDecodeError:
+        return None  # a broken pyproject.toml is no release
+    return version if isinstance(version, str) else None
+
+
+_NULL = "0" * 40
+
+
+def _touching(mirror: Path, until: str, since: str | None, path: str) -> list[tuple[str, str, str, str]]:
+    """(sha, date, blob before, blob after) of `path`, oldest first, for the first-parent commits that change it.
+    Blob ids come from the trees, which a blob-less mirror has: no file is read yet."""
+    out = _out(mirror, "log", "--first-parent", "--diff-merges=first-parent", "--reverse", "--raw", "--no-abbrev",
+               "--no-renames", "--format=%x00%H %cs", until, *([f"^{since}"] if since else []), "--", path)
+    found = []
+    for record in out.split("\0")[1:]:
+        head, _, raw = record.partition("\n")
+        sha, date = head.split()
+        old = new = _NULL
+        for line in raw.splitlines():
+            if line.startswith(":") and line.split("\t", 1)[1] == path:
+                _m1, _m2, old, new, _status = line[1:].split("\t", 1)[0].split()
+        found.append((sha, date, old, new))
+    return found
+
+
+def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
+                    path: str) -> list[tuple[str, str, str]]:
+    """(sha, date, version), oldest first, for the first-parent commits of `until` (after `since`)
+    whose `[project] version` in `path` differs from their parent's."""
+    commits = _touching(mirror, until, since, path)
+    holder: dict[str, str] = {}  # blob id -> a commit that has it at `path`, to fetch it through
+    for sha, _date, old, new in commits:
+        holder.setdefault(new, sha)
+        holder.setdefault(old, f"{sha}^")
+    holder.pop(_NULL, None)
+    missing = [oid for oid in holder if not _present(mirror, oid)]
+    if missing:
+        with log.step(f"fetch {path} of {len(missing)} commit(s)"):
+            for oid in missing:
+                ref = holder[oid]
+                get(_rev_parse(mirror, ref) or ref, (path,))
+    blobs = _blobs(mirror, list(holder))
+    found = []
+    for sha, date, old, new in commits:
+        version, before = _version(blobs.get(new)), _version(blobs.get(old))
+        if version is not None and version != before:
+            found.append((sha, date, version))
+    return found
+
+
+def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offline: bool = False) -> Health:
+    """`patches.check_series` at every version change of the recipe's package, oldest first."""
+    src = plan.recipe.source
+    url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
+    get = _Fetcher(plan, url, offline)
+    path = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
+    mirror, until_sha = _until(get, until, path)
+    since_sha = _since(get, mirror, since, path) if since else None
+    _ensure_history(get, mirror, until_sha, since_sha, path)
+    commits = version_commits(get, mirror, until_sha, since_sha, path)
+    rows = []
+    with log.step(f"patch health: {len(commits)} version change(s) of {path} up to {until_sha[:12]}"), \
+            tempfile.TemporaryDirectory(prefix="bk-health-") as tmp:
+        tree = Path(tmp) / "tree"
+        for i, (sha, date, version) in enumerate(commits):
+            get(sha, src.paths)  # the package's files at this commit, as `patch check` fetches them
+            if i == 0:
+                fetch.checkout(mirror, sha, tree, paths=src.paths)
+            else:
+                # One scratch clone for the walk: check_series reads HEAD, so moving HEAD is all it needs.
+                _out(tree, "checkout", "--quiet", "--force", "--detach", sha)
+            statuses = tuple(patches.check_series(tree, plan.series, src.subdir))
+            rows.append(Row(sha, date, version, statuses))
+            log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
+                     f"{'applies' if rows[-1].applies else 'does not apply'}")
+    return Health(url, until_sha, since_sha, tuple(rows))
+
+
+def write(health: Health, path: Path) -> None:
+    """The rows' records as JSON, replacing `path` only when complete."""
+    text = json.dumps([row.record() for row in health.rows], indent=2) + "\n"
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PatchError(f"cannot write {path}: {exc.strerror}", hint="choose a writable path") from None
+
+
+def labels(names: list[str]) -> list[str]:
+    """Column headings: the quilt numbers (`0001`) when they tell the patches apart, else positions."""
+    heads = [name.split("-", 1)[0] for name in names]
+    if all(h.isdigit() for h in heads) and len(set(heads)) == len(heads):
+        return heads
+    return [str(i + 1) for i in range(len(names))]
+
+
+_SHORT = {patches.APPLIES: "[green]ok[/]", patches.OFFSET: "[yellow]offset[/]",
+          patches.UPSTREAM: "[red]upstream[/]", patches.CONFLICT: "[red]CONFLICT[/]"}
+
+
+def render(health: Health, names: list[str]) -> Group:
+    """One row per version change, one column per patch, a legend, and the summary line."""
+    heads = labels(names)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for heading in ("commit", "date", "version", *heads, "whole"):
+        table.add_column(heading, no_wrap=True)
+    for row in health.rows:
+        states = row.states()
+        table.add_row(row.commit[:9], row.date, row.version, *(_SHORT.get(states.get(n, ""), "-") for n in names),
+                      "[green]yes[/]" if row.applies else "[red]no[/]")
+    legend = [Text(f"{h}  {n}") for h, n in zip(heads, names, strict=True)]
+    summary = f"series applies whole at {health.whole} of {len(health.rows)} commits"
+    return Group(table, Text(""), *legend, Text(summary))

@@ -1,0 +1,153 @@
+"""`patch health` on a miniature upstream history: one row per version change, nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+
+PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+FIRST, REST = PATCHES[0], PATCHES[1:]
+
+
+class Upstream:
+    def __init__(self, path: Path, shas: dict[str, str], big: list[str]) -> None:
+        self.path, self.shas, self.big = path, shas, big
+        self.url = f"file://{path}"
+
+
+BIG = "x" * 200_000 + "\n"  # beside the package, as sglang's other folders are: never fetched
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Upstream:
+    """sglang-shaped: the miniature in minikernel/, served like GitHub (blob filters, any SHA).
+    0.1.0 base, 0.1.1 offset, 0.1.2 upstreamed, 0.2.0 conflicting, with non-bumps between."""
+    source = REPO_ROOT / "examples/minikernel"
+    files = {p.relative_to(source).as_posix(): p.read_text() for p in source.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    pyproject, cmake = files["pyproject.toml"], files["CMakeLists.txt"]
+    assert 'version = "0.1.0"' in pyproject
+
+    def bump(version: str) -> str:
+        return pyproject.replace('version = "0.1.0"', f'version = "{version}"', 1)
+
+    moved = cmake.replace("# utils\n", "# utils\n# (upstream added\n#  three lines\n#  here)\n", 1)
+    guarded = cmake.replace("cmake_policy(SET CMP0169 OLD)\ncmake_policy(SET CMP0177 NEW)\n",
+                            "if(POLICY CMP0169)\n    cmake_policy(SET CMP0169 OLD)\nendif()\n"
+                            "if(POLICY CMP0177)\n    cmake_policy(SET CMP0177 NEW)\nendif()\n")
+    conflicting = cmake.replace("CMP0177 NEW", "CMP0177 OLD")
+    assert len({cmake, moved, guarded, conflicting}) == 4
+
+    path, shas = tmp_path / "sglang", {}
+
+    def change(message: str, pkg: dict[str, str]) -> str:
+        return commit_files(path, {f"minikernel/{name}": text for name, text in pkg.items()}, message)
+
+    shas["0.1.0"] = commit_files(path, {**{f"minikernel/{k}": v for k, v in files.items()}, "docs/big.txt": BIG},
+                                 "initial")
+    change("docs", {"README.md": files["README.md"] + "\nmore words\n"})
+    # pyproject.toml touched, version unchanged: no row.
+    change("description", {"pyproject.toml": pyproject.replace("A miniature", "A tiny miniature")})
+    shas["0.1.1"] = change("0.1.1", {"CMakeLists.txt": moved, "pyproject.toml": bump("0.1.1")})
+    change("drop the comment again, no bump", {"CMakeLists.txt": cmake})
+    commit_files(path, {"docs/big.txt": BIG + "more\n"}, "outside the package")
+    shas["0.1.2"] = change("0.1.2", {"CMakeLists.txt": guarded, "pyproject.toml": bump("0.1.2")})
+    shas["0.2.0"] = change("0.2.0", {"CMakeLists.txt": conflicting, "pyproject.toml": bump("0.2.0")})
+    change("docs after the last release", {"README.md": files["README.md"]})
+    repo = git.Repo(path)
+    repo.create_tag("v0.1.1", ref=shas["0.1.1"])
+    repo.git.config("uploadpack.allowFilter", "true")
+    repo.git.config("uploadpack.allowAnySHA1InWant", "true")
+    return Upstream(path, shas, [repo.git.rev_parse(f"{sha}:docs/big.txt") for sha in (shas["0.1.0"], shas["0.2.0"])])
+
+
+@pytest.fixture
+def recipe(project: Path, upstream: Upstream) -> Path:
+    copy_series(project, PATCHES, "v1")
+    return write_recipe(project, "r", demo_recipe_text()
+                        .replace('repo = "example:minikernel"', f'repo = "{upstream.url}"')
+                        .replace('commit = "7028970a64f2f9eab057f9ea863ddc7a95439f3d"',
+                                 f'commit = "{upstream.shas["0.1.0"]}"')
+                        .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
+
+
+def health(cache: Path, recipe: Path, *args: str) -> list[dict[str, Any]]:
+    proc = run_cli("--cache-dir", str(cache), "--json", "patch", "health", "--recipe", str(recipe), *args)
+    assert proc.returncode == 0, proc.stderr  # a report: conflicts do not fail it
+    rows: list[dict[str, Any]] = json.loads(proc.stdout)
+    return rows
+
+
+def versions(cache: Path, recipe: Path, *args: str) -> list[str]:
+    return [row["version"] for row in health(cache, recipe, *args)]
+
+
+def test_health_lists_version_changes_with_states(tmp_path: Path, recipe: Path, upstream: Upstream) -> None:
+    cache, out = tmp_path / "cache", tmp_path / "health.json"
+    rows = health(cache, recipe, "--write", str(out))
+
+    assert [r["version"] for r in rows] == ["0.1.0", "0.1.1", "0.1.2", "0.2.0"]
+    assert [r["commit"] for r in rows] == [upstream.shas[r["version"]] for r in rows]
+    assert all(r["date"] == "2026-01-02" for r in rows)
+    assert [r["applies"] for r in rows] == [True, True, False, False]
+    assert [r["states"][FIRST] for r in rows] == ["applies", "applies with offset", "already upstream", "conflicts"]
+    for r in rows:
+        assert list(r["states"]) == PATCHES  # series order
+        assert all(r["states"][n].startswith("applies") for n in REST)
+    details = {p["name"]: p for p in rows[1]["patches"]}
+    assert "CMakeLists.txt: hunk #1 at line 12 (offset 3)" in details[FIRST]["offsets"][0]
+    conflict = {p["name"]: p for p in rows[3]["patches"]}
+    expected = "expected 'cmake_policy(SET CMP0177 NEW)', found 'cmake_policy(SET CMP0177 OLD)'"
+    assert expected in conflict[FIRST]["detail"]
+
+    # --write: the same rows, only commit, date, version and states (no upstream text).
+    assert json.loads(out.read_text()) == [{k: r[k] for k in ("commit", "date", "version", "states")} for r in rows]
+    assert not list(tmp_path.glob(".health.json.tmp-*"))
+
+    # The walk fetched the package's files, never what lies beside it.
+    [mirror] = (cache / "mirrors").glob("*.git")
+    for sha, big in zip((upstream.shas["0.1.0"], upstream.shas["0.2.0"]), upstream.big, strict=True):
+        missing = git.Repo(mirror).git.rev_list("--objects", "--missing=print", "--no-walk", sha).split()
+        assert f"?{big}" in missing
+
+    # --since is exclusive (a tag, a SHA, an abbreviated SHA); --until stops the walk; --offline reuses the mirror
+    # (the human table below is offline too).
+    assert versions(cache, recipe, "--since", "v0.1.1") == ["0.1.2", "0.2.0"]
+    assert versions(cache, recipe, "--since", upstream.shas["0.1.2"], "--offline") == ["0.2.0"]
+    assert versions(cache, recipe, "--until", upstream.shas["0.1.2"], "--since", upstream.shas["0.1.0"][:10]) == [
+        "0.1.1", "0.1.2"]
+
+    human = run_cli("--cache-dir", str(cache), "patch", "health", "--recipe", str(recipe), "--offline")
+    assert human.returncode == 0, human.stderr
+    assert "series applies whole at 2 of 4 commits" in human.stdout
+    assert "0001  0001-cmake-guard-policies.patch" in human.stdout
+    for word in ("ok", "offset", "upstream", "CONFLICT"):
+        assert word in human.stdout
+
+
+def test_a_pinned_commit_alone_gets_its_history(tmp_path: Path, recipe: Path, upstream: Upstream) -> None:
+    cache, pin = tmp_path / "cache", upstream.shas["0.1.2"]
+    # `patch check --commit` fetches that commit alone (no history): a walk from it would end there.
+    check = run_cli("--cache-dir", str(cache), "patch", "check", "--recipe", str(recipe), "--commit", pin)
+    assert check.returncode == 5, check.stderr  # 0001 is upstream there
+    proc = run_cli("--cache-dir", str(cache), "patch", "health", "--recipe", str(recipe), "--until", pin, "--offline")
+    assert proc.returncode == 4, proc.stderr
+    assert f"has no history before {pin[:12]}" in proc.stderr
+    assert versions(cache, recipe, "--until", pin) == ["0.1.0", "0.1.1", "0.1.2"]  # online: fetched
+
+
+def test_unknown_since_is_one_line_error_and_writes_nothing(tmp_path: Path, recipe: Path, upstream: Upstream) -> None:
+    out = tmp_path / "health.json"
+    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "patch", "health", "--recipe", str(recipe),
+                   "--since", "no-such-tag", "--write", str(out))
+    assert proc.returncode == 4, proc.stderr  # FetchError
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --since no-such-tag is not a commit, branch or tag of {upstream.url} (check the name")
+    assert not out.exists() and not list(tmp_path.glob(".health.json*"))
+    assert proc.stdout == ""
