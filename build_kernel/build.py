@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -152,6 +153,13 @@ def build_env(plan: Plan, facts: toolchain.Facts, tree: Tree, jobs: int) -> dict
     return env
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of every finished descendant (compilers included: each waits
+    for its own children, so their time rolls up)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def oom_killed(output: str) -> str | None:
     for pattern in OOM_PATTERNS:
         m = pattern.search(output)
@@ -284,6 +292,7 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     tried: list[int] = []
     kills = 0
     t0 = time.monotonic()
+    cpu0 = _children_cpu()
     while True:
         tried.append(jobs)
         env = build_env(plan, facts, tree, jobs)
@@ -319,6 +328,7 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
         "job_derivation": plan.jobs.derivation, "key": key,
         "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),
         "seconds": round(time.monotonic() - t0, 1),
+        "cpu_seconds": round(_children_cpu() - cpu0, 1),  # frontend, cmake, ninja, every compiler
     }
     packed = _inject_provenance(wheel, python, provenance, work, log_path)
     tmp_cache = cached_dir.with_name(cached_dir.name + ".partial")

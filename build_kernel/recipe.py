@@ -248,9 +248,9 @@ def _load_raw(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict[str
         raise RecipeError([f"{path}:{line}: extends: must be a recipe name string"])
     # A name is a sibling; a path (a site's overlay of a shipped recipe) is relative to this file.
     by_path = parent_name.endswith(".toml") or "/" in parent_name
-    parent_path = (path.parent / parent_name).resolve() if by_path else recipes_dir(root) / f"{parent_name}.toml"
+    parent_path = (path.parent / parent_name).resolve() if by_path else path.parent / f"{parent_name}.toml"
     if not parent_path.is_file():
-        where = parent_path if by_path else recipes_dir(root)
+        where = parent_path if by_path else path.parent
         raise RecipeError([f"{path}:{line}: extends: parent recipe {parent_name!r} not found in {where} (create it or fix the name)"])
     parent, parent_origins = _load_raw(parent_path, root, (*chain, path))
     parent_origins.update(origins)

@@ -176,7 +176,12 @@ def test_plan_json_for_nightly_recipe() -> None:
     proc = run_cli("--json", "plan", "--recipe", "nightly-cu130")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    assert plan["source"]["commit"] == SHA and plan["source"]["subdir"] == "sgl-kernel"
+    # The seed's stack: SGLang main of 2026-03-06, the last with NVFP4 kernels prebuilt.
+    assert plan["source"]["commit"] == "6ffc74efd7d23627c0245efb61af7f62cde4a970"
+    assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v2"
+    deps = {d["name"]: d for d in plan["deps"]}
+    assert deps["repo-deepgemm"]["commit"] == "ffe2b6b97420a9f8c58268ca55755168e6e2f360"
+    assert deps["repo-triton"]["tag"] == "v3.5.1" and deps["repo-flashmla"]["submodules"] == ["csrc/cutlass"]
     assert plan["archs"]["TORCH_CUDA_ARCH_LIST"] == "12.0a" and plan["archs"]["fp4"] is True
     assert [p["name"] for p in plan["patches"]["patches"]][:1] == ["0001-cmake-guard-policies.patch"]
     assert all(len(p["sha256"]) == 64 for p in plan["patches"]["patches"])
