@@ -279,6 +279,30 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
                          hint="the server must serve objects by id (uploadpack.allowFilter, uploadpack.allowAnySHA1InWant)")
 
 
+def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bool,
+                  mirrors: Mirrors | None = None) -> None:
+    """Objects of an existing mirror fetched by id in one request (e.g. one file across many
+    commits); what is already there is not asked for again."""
+    rw = (mirrors or Mirrors()).rewrite(url)
+    path = cache_dir / "mirrors" / f"{_slug(url)}.git"
+    with FileLock(str(path) + ".lock"):
+        repo = git.Repo(path)
+        present = _local(repo, "cat-file", "--batch-check=%(objectname)", "--batch-all-objects").split()
+        missing = sorted(set(oids) - set(present))
+        if not missing:
+            return
+        if offline:
+            raise FetchError(f"{len(missing)} objects are not in the cached mirror of {url} and --offline forbids "
+                             "fetching them", hint="run once without --offline")
+        try:
+            repo.git.remote("set-url", "origin", rw.fetch_url)
+            _fetch(repo, "origin", stdin=missing)
+        except git.GitCommandError as exc:
+            raise FetchError(f"cannot fetch {len(missing)} objects from {_where(rw)}: {_git_error(exc)}",
+                             hint="the server must serve objects by id (uploadpack.allowFilter, "
+                                  "uploadpack.allowAnySHA1InWant)") from None
+
+
 def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool) -> str:
     """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref

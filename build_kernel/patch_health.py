@@ -104,6 +104,9 @@ class _Fetcher:
         return fetch.ensure_commit(self.url, ref, self.plan.cache_dir, offline=self.offline, allow_floating=floating,
                                    paths=paths, mirrors=self.plan.mirrors)
 
+    def objects(self, oids: list[str]) -> None:
+        fetch.fetch_objects(self.url, oids, self.plan.cache_dir, offline=self.offline, mirrors=self.plan.mirrors)
+
 
 def _until(get: _Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]:
     """The mirror and the newest commit to walk from (a branch or tag comes with its history)."""
@@ -154,10 +157,6 @@ def _ensure_history(get: _Fetcher, mirror: Path, until: str, since: str | None, 
         raise FetchError(f"the cached mirror of {get.url} has no history before {cut[:12]} (a commit fetched alone)",
                          hint="run without --offline: that fetches the history" if get.offline
                          else "pass a branch or tag that has it as --until")
-
-
-def _present(mirror: Path, oid: str) -> bool:
-    return _git(mirror, "cat-file", "-e", oid).returncode == 0
 
 
 def _blobs(mirror: Path, oids: list[str]) -> dict[str, bytes]:
@@ -219,12 +218,8 @@ def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
         holder.setdefault(new, sha)
         holder.setdefault(old, f"{sha}^")
     holder.pop(_NULL, None)
-    missing = [oid for oid in holder if not _present(mirror, oid)]
-    if missing:
-        with log.step(f"fetch {path} of {len(missing)} commit(s)"):
-            for oid in missing:
-                ref = holder[oid]
-                get(_rev_parse(mirror, ref) or ref, (path,))
+    with log.step(f"{path} of {len(holder)} commit(s)"):
+        get.objects(list(holder))  # those not in the mirror yet, in one request
     blobs = _blobs(mirror, list(holder))
     found = []
     for sha, date, old, new in commits:

@@ -12,6 +12,7 @@ from build_kernel.archs import ArchSpellingError, parse_arch, parse_arch_list
 from build_kernel.errors import RecipeError
 from build_kernel.plan import resolve
 from build_kernel.resources import Resources
+from build_kernel.series import load_series
 from tests.conftest import run_cli, write_recipe, write_series
 
 SHA = "40ef116f011cf1599811af1089ddf00971092bcf"
@@ -209,3 +210,30 @@ def test_plan_says_which_cuda_toolkit_and_why() -> None:
     data = json.loads(run_cli("--json", "plan", "--recipe", "demo").stdout)
     assert data["cuda_toolkit"]["source"] in ("system", "wheels")
     assert "13.0" in data["cuda_toolkit"]["why"]
+
+
+def test_release_recipe_extends_nightly_with_its_own_pins() -> None:
+    r = recipe.load("sgl-kernel-0.3.21")
+    deps = {d.name: d for d in r.deps}
+    assert r.source.commit == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" and r.patches.version == "v2"
+    # The real dead pin: reachable only from refs/pull/15/head of DeepGEMM.
+    assert deps["repo-deepgemm"].commit == "54f99a8af537b3c6eb4819b69907ccbe2b600792"
+    assert deps["repo-deepgemm"].paths == ("csrc", "deep_gemm")  # inherited key by key
+    assert deps["repo-fast-hadamard-transform"].commit.startswith("48f3c137")
+    assert r.source.commit in load_series(r.series_dir).applies_to_commits
+
+
+def test_site_overlay_extends_a_shipped_recipe_by_path(tmp_path: Path) -> None:
+    """A site keeps its own overrides outside the repo; the shipped recipe's own `extends`
+    (by name) still resolves beside the shipped file."""
+    from tests.conftest import REPO_ROOT
+
+    (tmp_path / "site/recipes").mkdir(parents=True)
+    (tmp_path / "site/patches").symlink_to(REPO_ROOT / "patches")
+    overlay = tmp_path / "site/recipes/ours.toml"
+    overlay.write_text(f'extends = "{REPO_ROOT}/recipes/sgl-kernel-0.3.21.toml"\n[build]\njobs = 3\n')
+    r = recipe.load(str(overlay))
+    assert r.build.jobs == 3 and r.source.commit.startswith("c86ca128") and r.source.subdir == "sgl-kernel"
+    overlay.write_text('extends = "../nowhere.toml"\n')
+    with pytest.raises(RecipeError, match=r"ours.toml:1: extends: parent recipe '../nowhere.toml' not found"):
+        recipe.load(str(overlay))
