@@ -286,7 +286,11 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
            f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",
            *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items())), str(src)]
-    log_path.write_text(f"# build-kernel {plan.recipe.name} key {key}\n# {plan.jobs.derivation}\n")
+    # Appended, not rewritten: a build resumed in the same folder (after an interruption) keeps
+    # the story of the earlier attempts.
+    with log_path.open("a") as fh:
+        fh.write(f"# build-kernel {plan.recipe.name} key {key} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n"
+                 f"# {plan.jobs.derivation}\n")
     started = dt.datetime.now(dt.timezone.utc)
     jobs = plan.jobs.jobs
     tried: list[int] = []
