@@ -28,7 +28,7 @@ from filelock import FileLock
 
 from build_kernel import examples
 from build_kernel.errors import FetchError
-from build_kernel.mirrors import Mirrors, Rewrite
+from build_kernel.mirrors import Mirrors, Rewrite, is_url
 from build_kernel.recipe import SHA_RE
 
 MARKER = ".build-kernel.json"
@@ -40,6 +40,9 @@ FLOATING_REF = "refs/build-kernel/refs/"
 _ALL_HISTORY = "--depth=2147483647"
 # Messages of servers that refuse a want by SHA (unadvertised object).
 _REFUSED = ("not our ref", "unadvertised object", "allow request for unadvertised")
+# For git that must never reach a remote: in a partial clone a missing object would otherwise
+# be fetched lazily (and `--offline` must mean offline).
+NO_NETWORK = {"GIT_ALLOW_PROTOCOL": "none"}
 
 
 def _slug(url: str) -> str:
@@ -51,7 +54,7 @@ def resolve_url(repo: str, cache_dir: Path, base: Path | None = None) -> str:
     """`example:NAME` -> its materialized repo; a relative path -> absolute; URLs as is."""
     if examples.is_example(repo):
         return str(examples.materialize(repo, cache_dir))
-    if "://" not in repo and not repo.startswith("git@"):
+    if not is_url(repo):
         path = Path(repo)
         if not path.is_absolute() and base is not None:
             path = base / path
@@ -74,17 +77,32 @@ def _where(rw: Rewrite) -> str:
     return f"mirror {rw.fetch_url} (for {rw.url}, set in {rw.rule.origin})" if rw.rule else rw.url
 
 
+def _mirror_path(cache_dir: Path, url: str) -> Path:
+    return cache_dir / "mirrors" / f"{_slug(url)}.git"
+
+
+def _refused(exc: git.GitCommandError) -> bool:
+    """The server refused to serve an object by id (not a network or URL problem)."""
+    return any(s in str(exc.stderr) for s in _REFUSED)
+
+
+def _make_partial(repo: git.Repo, origin: str, *, blob_filter: str = "") -> None:
+    """Mark `repo` a partial clone of `origin`: objects it lacks are promised, not an error;
+    `blob_filter` is the default filter of later fetches."""
+    with repo.config_writer() as cfg:
+        cfg.set_value("core", "repositoryformatversion", "1")
+        cfg.set_value("extensions", "partialClone", "origin")
+        cfg.set_value('remote "origin"', "url", origin)
+        cfg.set_value('remote "origin"', "promisor", "true")
+        if blob_filter:
+            cfg.set_value('remote "origin"', "partialclonefilter", blob_filter)
+
+
 def _init_mirror(path: Path) -> None:
     """An empty bare repository that may lack blobs (a partial clone of `origin`)."""
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    tmp = temp_dir_for(path)
     try:
-        repo = git.Repo.init(tmp, bare=True)
-        with repo.config_writer() as cfg:
-            cfg.set_value("core", "repositoryformatversion", "1")
-            cfg.set_value("extensions", "partialClone", "origin")
-            cfg.set_value('remote "origin"', "url", "unset")
-            cfg.set_value('remote "origin"', "promisor", "true")
-            cfg.set_value('remote "origin"', "partialclonefilter", "blob:none")
+        _make_partial(git.Repo.init(tmp, bare=True), "unset", blob_filter="blob:none")
         tmp.rename(path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -92,10 +110,8 @@ def _init_mirror(path: Path) -> None:
 
 
 def _local(repo: git.Repo, *args: str) -> str:
-    """git in the mirror that never reaches a remote: in a partial clone a missing object
-    would otherwise be fetched lazily (and `--offline` must mean offline)."""
-    out = repo.git.execute(["git", "--git-dir", repo.git_dir, *args], env={"GIT_ALLOW_PROTOCOL": "none"})
-    return str(out)
+    """git in the mirror that never reaches a remote (NO_NETWORK)."""
+    return str(repo.git.execute(["git", "--git-dir", repo.git_dir, *args], env=NO_NETWORK))
 
 
 def _has_commit(repo: git.Repo, sha: str) -> bool:
@@ -179,9 +195,8 @@ def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
         _fetch(repo, "--depth=1", "origin", pin)
         return
     except git.GitCommandError as exc:
-        message = _git_error(exc)
-        if not any(s in str(exc.stderr) for s in _REFUSED):
-            raise FetchError(f"cannot fetch {sha} from {where}: {message}",
+        if not _refused(exc):
+            raise FetchError(f"cannot fetch {sha} from {where}: {_git_error(exc)}",
                              hint="check the URL, your network and the [mirrors] table of the user config") from None
     tips = _tips(repo, sha)
     if tips:  # the tip of some ref (a branch, a tag, refs/pull/N/head): that ref alone
@@ -203,9 +218,8 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from.
     A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
     rw = (mirrors or Mirrors()).rewrite(url)
-    root = cache_dir / "mirrors"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{_slug(url)}.git"
+    path = _mirror_path(cache_dir, url)
+    path.parent.mkdir(parents=True, exist_ok=True)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
         raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or pass --allow-floating")
@@ -261,7 +275,7 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
     try:
         _fetch(repo, "origin", stdin=sorted(missing))
     except git.GitCommandError as exc:
-        if not any(s in str(exc.stderr) for s in _REFUSED):
+        if not _refused(exc):
             raise
         # A server that serves no object by id: whole trees, through the ref the commit came by.
         tips = _tips(repo, sha)
@@ -284,7 +298,7 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
     """Objects of an existing mirror fetched by id in one request (e.g. one file across many
     commits); what is already there is not asked for again."""
     rw = (mirrors or Mirrors()).rewrite(url)
-    path = cache_dir / "mirrors" / f"{_slug(url)}.git"
+    path = _mirror_path(cache_dir, url)
     with FileLock(str(path) + ".lock"):
         repo = git.Repo(path)
         present = _local(repo, "cat-file", "--batch-check=%(objectname)", "--batch-all-objects").split()
@@ -328,17 +342,13 @@ def checkout(mirror: Path, commit: str, dest: Path, *, paths: Sequence[str] = ()
     (Path(repo.git_dir) / "objects" / "info" / "alternates").write_text(str(mirror.resolve() / "objects") + "\n")
     if _is_shallow(source):
         shutil.copyfile(Path(source.git_dir) / "shallow", Path(repo.git_dir) / "shallow")
-    with repo.config_writer() as cfg:
-        cfg.set_value("core", "repositoryformatversion", "1")
-        cfg.set_value("extensions", "partialClone", "origin")
-        cfg.set_value('remote "origin"', "url", source.git.remote("get-url", "origin"))
-        cfg.set_value('remote "origin"', "promisor", "true")
-        cfg.set_value("advice", "detachedHead", "false")
+    _make_partial(repo, source.git.remote("get-url", "origin"))
+    repo.git.config("advice.detachedHead", "false")
     spec = [p.strip("/") for p in paths if p.strip("/")]
     if spec:
         repo.git.sparse_checkout("set", "--no-cone", *(f"/{p}" for p in spec))  # a folder or a file
     repo.git.execute(["git", "-C", str(dest), "checkout", "--quiet", "--detach", commit],
-                     env={"GIT_ALLOW_PROTOCOL": "none"})  # every blob it needs is in the mirror
+                     env=NO_NETWORK)  # every blob it needs is in the mirror
     head = repo.head.commit.hexsha
     if head != commit:
         raise FetchError(f"checkout of {commit} in {dest} gave HEAD {head}", hint="delete the cache folder and retry")

@@ -30,6 +30,11 @@ else:  # pragma: no cover
 CONFIG_ENV = "BUILD_KERNEL_CONFIG"
 
 
+def is_url(repo: str) -> bool:
+    """A remote repository (what a mirror can stand for), not a local path."""
+    return "://" in repo or repo.startswith("git@")
+
+
 @dataclass(frozen=True)
 class Rule:
     prefix: str

@@ -75,7 +75,7 @@ class Health:
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     # Never a lazy fetch: the mirror is a partial clone, and what it lacks is fetched by fetch.ensure_commit.
-    env = {**os.environ, "GIT_ALLOW_PROTOCOL": "none"}
+    env = {**os.environ, **fetch.NO_NETWORK}
     return subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=env, check=False)
 
 

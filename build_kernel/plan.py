@@ -42,7 +42,7 @@ class Plan:
     def remotes(self) -> list[mirrors_config.Rewrite]:
         """Every repository the plan fetches, with the rewrite in force for it (if any)."""
         urls = [self.recipe.source.repo] + [d.repo for d in self.recipe.deps if d.repo]
-        return [self.mirrors.rewrite(u) for u in urls if "://" in u or u.startswith("git@")]
+        return [self.mirrors.rewrite(u) for u in urls if mirrors_config.is_url(u)]
 
     @property
     def arch_list(self) -> str:

@@ -233,7 +233,7 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _load_raw(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]]:
+def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]]:
     """Merged table plus, per top-level table, the file that last set it (for line lookup)."""
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
@@ -252,7 +252,7 @@ def _load_raw(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict[str
     if not parent_path.is_file():
         where = parent_path if by_path else path.parent
         raise RecipeError([f"{path}:{line}: extends: parent recipe {parent_name!r} not found in {where} (create it or fix the name)"])
-    parent, parent_origins = _load_raw(parent_path, root, (*chain, path))
+    parent, parent_origins = _load_raw(parent_path, (*chain, path))
     parent_origins.update(origins)
     return _merge(parent, data), parent_origins
 
@@ -293,7 +293,7 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
     path = _find(name_or_path, root or DEFAULT_ROOT)
     # A recipe given by path lives in <root>/recipes/: its siblings and patches/ are there.
     root = path.parent.parent
-    raw, origins = _load_raw(path, root, ())
+    raw, origins = _load_raw(path, ())
     problems = _Problems()
 
     def where(table: str, key: str) -> str:

@@ -20,6 +20,7 @@ from filelock import FileLock
 
 from build_kernel import fetch, patches
 from build_kernel.errors import FetchError, PatchError
+from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
 from build_kernel.recipe import Dep
 
@@ -174,7 +175,7 @@ def _add_submodule(plan: Plan, dep: Dep, tree: Path, sub: str, offline: bool) ->
         key, _, path = line.partition(" ")
         if path == sub:
             url = repo.git.config("--blob", "HEAD:.gitmodules", "--get", key[: -len(".path")] + ".url")
-    if "://" not in url and not url.startswith("git@"):
+    if not is_url(url):
         raise FetchError(f"[deps.{dep.name}] submodules: no absolute URL for {sub!r} in its .gitmodules ({url or 'none'})",
                          hint=f"give {sub} as a [deps] entry of its own instead")
     prefix = sub.rstrip("/") + "/"
