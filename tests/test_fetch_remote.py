@@ -234,3 +234,64 @@ def test_dependency_tag_and_commit_together_is_a_recipe_error(project: Path, ser
             commit = "{server['base']}"
             tag = "v1"
         """)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('paths = ["../up"]', r"deps.d.paths: '../up' is not a folder inside the repository"),
+    ('paths = ["/abs"]', r"deps.d.paths: '/abs' is not a folder inside the repository"),
+])
+def test_bad_dependency_paths_are_recipe_errors(project: Path, server: dict[str, str], tmp_path: Path,
+                                                extra: str, message: str) -> None:
+    from build_kernel.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=message):
+        make_plan(project, Path(server["path"]), server["base"], tmp_path / "cache", patches={}, extra=f"""
+            [deps.d]
+            repo = "{server['url']}"
+            commit = "{server['base']}"
+            {extra}
+        """)
+
+
+def test_paths_on_a_local_dependency_folder_is_a_recipe_error(project: Path, server: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    from build_kernel.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=r"deps.d.paths: only with repo \+ commit \(a local path is used whole\)"):
+        make_plan(project, Path(server["path"]), server["base"], tmp_path / "cache", patches={}, extra=f"""
+            [deps.d]
+            path = "{tmp_path}"
+            paths = ["pkg"]
+        """)
+
+
+@pytest.mark.parametrize(("submodule", "message"), [
+    ("pkg", r"submodules: 'pkg' is not a submodule of .* \(list the gitlink paths of its .gitmodules\)"),
+    ("rel", r"submodules: no absolute URL for 'rel' in its .gitmodules \(\.\./up.git\) \(give rel as a \[deps\] entry"),
+])
+def test_bad_submodule_is_one_error_and_no_tree(project: Path, server: dict[str, str], tmp_path: Path,
+                                                submodule: str, message: str) -> None:
+    outer = tmp_path / "outer"
+    commit_files(outer, {"pkg/a.txt": "a\n"}, "outer")
+    # A gitlink with a relative URL, as some projects write them.
+    _git(outer, "update-index", "--add", "--cacheinfo", f"160000,{server['base']},rel")
+    (outer / ".gitmodules").write_text('[submodule "rel"]\n\tpath = rel\n\turl = ../up.git\n')
+    _git(outer, "add", ".gitmodules")
+    _git(outer, "commit", "-q", "--no-gpg-sign", "-m", "relative submodule")
+    sha = _git(outer, "rev-parse", "HEAD").strip()
+    plan = make_plan(project, Path(server["path"]), server["base"], tmp_path / "cache", patches={}, extra=f"""
+        [deps.outer]
+        repo = "file://{outer}"
+        commit = "{sha}"
+        submodules = ["{submodule}"]
+    """)
+    with pytest.raises(FetchError, match=message):
+        workspace.prepare_deps(plan)
+    assert not [p for p in (tmp_path / "cache/deps").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_offline_branch_never_fetched_is_one_error(server: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    fetch.ensure_commit(server["url"], server["base"], cache, offline=False, paths=["pkg"])
+    with pytest.raises(FetchError, match=r"'main' is not in the cached mirror of .* --offline forbids fetching it"):
+        fetch.ensure_commit(server["url"], "main", cache, offline=True, allow_floating=True)
