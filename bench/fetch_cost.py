@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_kernel import fetch
 from build_kernel import recipe as recipe_mod
 from build_kernel.plan import Plan, resolve
+from build_kernel.stages.fetch import remote as fetch
 
 
 def du(path: Path) -> int:

@@ -24,10 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_kernel import build, buildenv, recipe, workspace
+from build_kernel import recipe
 from build_kernel.plan import resolve
 from build_kernel.resources import probe
 from build_kernel.series import write_lock
+from build_kernel.stages.build import buildenv
+from build_kernel.stages.build import wheel as build
+from build_kernel.stages.fetch import workspace
 
 
 def project_with(tmp: Path, patches: list[str], version: str) -> Path:

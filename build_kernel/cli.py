@@ -165,7 +165,7 @@ def _newest_wheel(p: Plan) -> Path:
 
 def _toolkit_choice(p: Plan) -> dict[str, str]:
     """Which nvcc the build would use, and why, without installing anything."""
-    from build_kernel import buildenv, cudawheels
+    from build_kernel.stages.build import buildenv, cudawheels
 
     python = buildenv.python_for(p, dry_run=True)
     facts = toolchain.detect(python if Path(python).exists() else sys.executable)
@@ -190,7 +190,7 @@ def doctor_cmd(opts: Options, recipe_name: str | None) -> None:
     name = recipe_name or opts.recipe
     if name:
         p = opts.plan(name)
-        from build_kernel import cudawheels
+        from build_kernel.stages.build import cudawheels
 
         data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
                                                want_cuda=p.recipe.toolchain.cuda)
@@ -259,7 +259,7 @@ def patch_group() -> None:
 @click.pass_obj
 def patch_check_cmd(opts: Options, recipe_name: str | None, commit: str | None, offline: bool) -> None:
     """One row per patch: applies / applies with offset / already upstream / conflicts."""
-    from build_kernel import patch_check
+    from build_kernel.stages.patch import check as patch_check
 
     p = opts.plan(recipe_name)
     statuses = patch_check.check(p, commit=commit, offline=offline)
@@ -283,7 +283,7 @@ def patch_check_cmd(opts: Options, recipe_name: str | None, commit: str | None, 
 def patch_health_cmd(opts: Options, recipe_name: str | None, since: str | None, until: str | None,
                      write_to: Path | None, offline: bool) -> None:
     """The series' state at every upstream commit that changed the package version (a report: exit 0)."""
-    from build_kernel import patch_health
+    from build_kernel.stages.patch import health as patch_health
 
     p = opts.plan(recipe_name)
     health = patch_health.walk(p, since=since, until=until, offline=offline)
@@ -310,7 +310,7 @@ def patch_lock_cmd(opts: Options, directory: Path) -> None:
 @click.pass_obj
 def patch_worktree_cmd(opts: Options, recipe_name: str | None, dest: Path, offline: bool) -> None:
     """A checkout at DEST with one commit per patch, to edit and then `patch refresh`."""
-    from build_kernel import patch_check
+    from build_kernel.stages.patch import check as patch_check
 
     p = opts.plan(recipe_name)
     patch_check.dev_worktree(p, dest, offline=offline)
@@ -323,7 +323,7 @@ def patch_worktree_cmd(opts: Options, recipe_name: str | None, dest: Path, offli
 @click.pass_obj
 def patch_refresh_cmd(opts: Options, recipe_name: str | None, worktree: Path) -> None:
     """Regenerate the series' patch files from WORKTREE's commits (headers kept, lock updated)."""
-    from build_kernel import patch_check
+    from build_kernel.stages.patch import check as patch_check
 
     p = opts.plan(recipe_name)
     changed = patch_check.refresh(p, worktree)
@@ -351,7 +351,7 @@ def build_cmd(opts: Options, recipe_name: str | None, offline: bool, force: bool
 @click.pass_obj
 def verify_cmd(opts: Options, wheel: Path | None, recipe_name: str | None, gpu_check: str) -> None:
     """Check a wheel: cubin archs, FP4 SASS, clean import, ops, GPU run."""
-    from build_kernel import verify
+    from build_kernel.stages.verify import checks as verify
 
     p = opts.plan(recipe_name)
     if wheel is None:
@@ -390,7 +390,8 @@ def verify_cmd(opts: Options, wheel: Path | None, recipe_name: str | None, gpu_c
 def publish_cmd(opts: Options, wheels: tuple[Path, ...], recipe_name: str | None, to: str | None,
                 install_url: str | None, skip_existing: bool, force: bool) -> None:
     """Upload verified wheels to an index or a static folder, then install them back and import them."""
-    from build_kernel import buildenv, publish
+    from build_kernel.stages.build import buildenv
+    from build_kernel.stages.publish import upload as publish
 
     name = recipe_name or opts.recipe
     p = opts.plan(name) if name else None

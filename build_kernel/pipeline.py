@@ -10,9 +10,14 @@ from typing import Any
 
 from rich.table import Table
 
-from build_kernel import build, buildenv, log, publish, verify, workspace
+from build_kernel import log
 from build_kernel.errors import VerifyError
 from build_kernel.plan import Plan
+from build_kernel.stages.build import buildenv
+from build_kernel.stages.build import wheel as build
+from build_kernel.stages.fetch import workspace
+from build_kernel.stages.publish import upload as publish
+from build_kernel.stages.verify import checks as verify
 
 STAGES = ("fetch", "patch", "build", "verify", "publish", "serve")
 

@@ -1,22 +1,67 @@
-"""The one way the tool runs a subprocess: echo, resolve, log, raise a domain error.
+"""The one way the tool runs programs: captured (`run`), streamed (`stream`), long-running
+(`spawn`), and `probe` for "what does this tool say, if it runs at all".
 
-After scikit-build-core's FailedProcessError: a failure shows the command, its return
-code and the tail of its output, and names the log file that holds all of it.
+After scikit-build-core's `Run`/`FailedProcessError`: never a shell; a failure is the
+caller's domain error with the command, its return code and the tail of its output, and
+names the log file that holds all of it. Every command and its output that goes to a log
+passes through `redact` first, so a secret handed to a child in its environment never
+lands in a file or a message.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from build_kernel.errors import BuildKernelError
+
+# The password part may hold a raw '/' (a mistyped URL): over-redacting beats leaking.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*):(?P<password>[^@\s]*)@")
+CompletedProcess = subprocess.CompletedProcess
 
 
 def which(name: str, path: str | None = None) -> str | None:
     return shutil.which(name, path=path)
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """Passwords in `scheme://user:password@` and every given secret replaced by ***."""
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:***@", text)
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def log_command(log: Path, argv: Sequence[str], output: str, code: int, secrets: Sequence[str] = ()) -> None:
+    """Append `$ command`, its output and `[exit N]` to a log (the one writer of that format)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(redact(f"$ {shlex.join(argv)}\n{output}[exit {code}]\n", secrets))
+
+
+def _tail(output: str) -> str:
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def _failure(error: type[BuildKernelError], what: str, argv: Sequence[str], code: int, output: str,
+             log: Path | None, fix: str | None, secrets: Sequence[str]) -> BuildKernelError:
+    where = f"; full log: {log}" if log else ""
+    message = f"{what}: `{shlex.join(argv)}` exited {code}: {_tail(output)}{where}"
+    return error(redact(message, secrets), hint=redact(fix, secrets) if fix else None)
+
+
+def _not_found(error: type[BuildKernelError], what: str, program: str, fix: str | None) -> BuildKernelError:
+    return error(f"{what}: {program} not found", hint=fix or f"install {Path(program).name} or put it on PATH")
 
 
 def run(
@@ -30,27 +75,156 @@ def run(
     log: Path | None = None,
     timeout: float | None = None,
     check: bool = True,
+    stdin: str | None = None,
+    secrets: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run `cmd` (never through a shell), capture its output, append it to `log`."""
+    """Run `cmd`, capture its output, append it to `log`; a failure raises `error` (when `check`)."""
     argv = [str(c) for c in cmd]
     try:
         proc = subprocess.run(
-            argv, cwd=cwd, env=dict(env) if env is not None else None,
+            argv, cwd=cwd, env=dict(env) if env is not None else None, input=stdin,
             capture_output=True, text=True, timeout=timeout, check=False,
         )
-    except FileNotFoundError:
-        raise error(f"{what}: {argv[0]} not found", hint=fix or f"install {Path(argv[0]).name} or put it on PATH") from None
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        raise _not_found(error, what, argv[0], fix) from None
     except subprocess.TimeoutExpired:
-        raise error(f"{what}: `{shlex.join(argv)}` did not finish in {timeout:g} s", hint=fix) from None
+        raise error(redact(f"{what}: `{shlex.join(argv)}` did not finish in {timeout:g} s", secrets), hint=fix) from None
     if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a") as fh:
-            fh.write(f"$ {shlex.join(argv)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
+        log_command(log, argv, proc.stdout + proc.stderr, proc.returncode, secrets)
     if check and proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        where = f"; full log: {log}" if log else ""
-        raise error(
-            f"{what}: `{shlex.join(argv)}` exited {proc.returncode}: {tail[0].strip()}{where}",
-            hint=fix,
-        )
+        raise _failure(error, what, argv, proc.returncode, proc.stderr or proc.stdout, log, fix, secrets)
     return proc
+
+
+def probe(cmd: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60,
+          merge: bool = True, stdin: str | None = None) -> str | None:
+    """stdout (+ stderr when `merge`) of a command that succeeded; None when it is missing, fails or hangs.
+
+    For tool detection (`doctor`, toolchain facts), where "not there" is an answer, not an error.
+    """
+    try:
+        proc = subprocess.run([str(c) for c in cmd], env=dict(env) if env is not None else None, input=stdin,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout + proc.stderr if merge else proc.stdout
+
+
+@dataclass
+class Streamed:
+    returncode: int
+    output: str
+
+
+def stream(
+    cmd: Sequence[str | Path],
+    *,
+    on_line: Callable[[str], None],
+    error: type[BuildKernelError] = BuildKernelError,
+    what: str,
+    fix: str | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path,
+) -> Streamed:
+    """Run a long command, teeing each line of stdout+stderr to `log` and to `on_line`.
+
+    The exit code is returned, not raised: a long build decides itself what a failure means
+    (an OOM kill is resumed from, anything else becomes its one-line error).
+    """
+    argv = [str(c) for c in cmd]
+    chunks: list[str] = []
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(f"$ {shlex.join(argv)}\n")
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            raise _not_found(error, what, argv[0], fix) from None
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                fh.write(line)
+                chunks.append(line)
+                on_line(line)
+            code = proc.wait()
+        except BaseException:
+            # Ctrl-C or a failing callback: the child does not outlive us.
+            _stop(proc, grace=5.0)
+            raise
+        fh.write(f"[exit {code}]\n")
+    return Streamed(code, "".join(chunks))
+
+
+def _stop(proc: subprocess.Popen[str], grace: float) -> int:
+    """SIGTERM to the child's process group, then SIGKILL after `grace` seconds."""
+    if proc.poll() is not None:
+        return proc.returncode
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+class Spawned:
+    """A long-running child (a server) in its own process group, its output going to a log."""
+
+    def __init__(self, proc: subprocess.Popen[str], argv: list[str], log: Path, fh: IO[str]) -> None:
+        self.proc, self.argv, self.log, self._fh = proc, argv, log, fh
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace: float = 30.0) -> int:
+        """Stop the whole group (SIGTERM, then SIGKILL); the exit code."""
+        code = _stop(self.proc, grace)
+        self._fh.close()
+        return code
+
+    def tail(self, lines: int = 20) -> list[str]:
+        self._fh.flush()
+        text = self.log.read_text(errors="replace") if self.log.is_file() else ""
+        return text.splitlines()[-lines:]
+
+    def __enter__(self) -> Spawned:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def spawn(cmd: Sequence[str | Path], *, error: type[BuildKernelError] = BuildKernelError, what: str,
+          fix: str | None = None, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+          log: Path) -> Spawned:
+    """Start `cmd` in the background (own session, so stop() reaches its children too)."""
+    argv = [str(c) for c in cmd]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fh = log.open("a")
+    fh.write(f"$ {shlex.join(argv)}  # started {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+    fh.flush()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        fh.close()
+        raise _not_found(error, what, argv[0], fix) from None
+    return Spawned(proc, argv, log, fh)

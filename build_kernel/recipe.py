@@ -102,7 +102,7 @@ class Verify:
     ops: tuple[str, ...] = _doc("Ops that must be registered under torch.ops.<namespace>.", factory=tuple)
     fp4_library: str = _doc("Glob (inside the wheel) of the library whose cubins must hold FP4 code.", "")
     fp4_sass: tuple[str, ...] = _doc("Regexes of SASS opcodes that prove FP4 kernels, e.g. `E2M1`.", factory=tuple)
-    gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.gpu_checks:minikernel_nvfp4).", "")
+    gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.stages.verify.gpu_checks:minikernel_nvfp4).", "")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import buildenv, recipe, toolchain
+from build_kernel import recipe, toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.plan import resolve
+from build_kernel.stages.build import buildenv
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, write_recipe
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import cudawheels, toolchain
+from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ToolchainError
+from build_kernel.stages.build import cudawheels
 from build_kernel.toolchain import Facts
 from tests.conftest import REPO_ROOT
 
@@ -231,7 +232,7 @@ def hidden_system_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def cubin_archs(path: Path) -> list[str]:
-    from build_kernel.verify import find_tool
+    from build_kernel.stages.verify.checks import find_tool
 
     cuobjdump = find_tool("cuobjdump")
     assert cuobjdump, "cuobjdump (PyPI nvidia-cuda-cuobjdump) not found"

@@ -11,10 +11,12 @@ from pathlib import Path
 import git
 import pytest
 
-from build_kernel import patch_check, recipe, workspace
+from build_kernel import recipe
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan, resolve
 from build_kernel.resources import Resources
+from build_kernel.stages.fetch import workspace
+from build_kernel.stages.patch import check as patch_check
 from tests.conftest import commit_files, run_cli, write_recipe, write_series
 
 RES = Resources(cpus=2, cpus_why="test", memory_bytes=8 * 1024**3, memory_why="test")
@@ -163,7 +165,7 @@ def test_apply_failure_leaves_tree_exactly_as_before(upstream: tuple[Path, str],
     changed = commit_files(repo, {"pkg/CMakeLists.txt": CMAKE.replace("CMP0177 NEW", "CMP0177 OLD")})
     plan = make_plan(project, repo, changed, tmp_path / "cache",
                      {"0001-newfile.patch": PATCH_NEWFILE, "0002-policy.patch": PATCH_POLICY})
-    from build_kernel.patches import apply_series
+    from build_kernel.stages.patch.apply import apply_series
 
     with pytest.raises(PatchError, match=r"0002-policy.patch does not apply"):
         apply_series(repo, plan.series, "pkg")

@@ -10,8 +10,10 @@ from pathlib import Path
 import git
 import pytest
 
-from build_kernel import fetch, mirrors, workspace
+from build_kernel import mirrors
 from build_kernel.errors import FetchError
+from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.fetch import workspace
 from tests.conftest import IDENTITY, commit_files, run_cli
 from tests.test_fetch_patch import make_plan
 

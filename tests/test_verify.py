@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from build_kernel import recipe as recipe_mod
-from build_kernel import verify
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
+from build_kernel.stages.verify import checks as verify
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow

@@ -22,10 +22,11 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from build_kernel import driver_stub, log
+from build_kernel import log
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
+from build_kernel.stages.verify import driver_stub
 
 RECORD_SUFFIX = ".verify.json"
 

@@ -26,10 +26,11 @@ from typing import Any
 import git
 from packaging.version import Version
 
-from build_kernel import cudawheels, log, static_index, toolchain
+from build_kernel import log, static_index, toolchain
 from build_kernel.errors import BuildError
 from build_kernel.plan import Plan
-from build_kernel.workspace import Tree
+from build_kernel.stages.build import cudawheels
+from build_kernel.stages.fetch.workspace import Tree
 
 if sys.version_info >= (3, 11):
     import tomllib

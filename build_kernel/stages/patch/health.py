@@ -27,9 +27,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from build_kernel import fetch, log, patches
+from build_kernel import log
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan
+from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.patch import apply as patches
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -18,11 +18,12 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from build_kernel import fetch, patches
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
 from build_kernel.recipe import Dep
+from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.patch import apply as patches
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -40,9 +40,10 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from rich.table import Table
 
-from build_kernel import log, process, static_index, verify
+from build_kernel import log, process, static_index
 from build_kernel.errors import BuildKernelError, PublishError
 from build_kernel.recipe import Publish
+from build_kernel.stages.verify import checks as verify
 
 if sys.version_info >= (3, 11):
     import tomllib

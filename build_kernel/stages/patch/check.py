@@ -11,10 +11,11 @@ from pathlib import Path
 import git
 from unidiff import PatchSet
 
-from build_kernel import fetch, patches
 from build_kernel.errors import PatchError
 from build_kernel.plan import Plan
 from build_kernel.series import write_lock
+from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.patch import apply as patches
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "build-kernel", "GIT_AUTHOR_EMAIL": "patches@build-kernel.invalid",
              "GIT_COMMITTER_NAME": "build-kernel", "GIT_COMMITTER_EMAIL": "patches@build-kernel.invalid"}
