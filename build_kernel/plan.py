@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,9 @@ class Plan:
     output_dir: Path
     resources: Resources
     mirrors: mirrors_config.Mirrors = mirrors_config.Mirrors()
+    # The environment the plan was resolved in: the base of every child's environment.
+    # Stage code reads this, never os.environ.
+    env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def remotes(self) -> list[mirrors_config.Rewrite]:
         """Every repository the plan fetches, with the rewrite in force for it (if any)."""
@@ -150,4 +153,5 @@ def resolve(
         output_dir=Path(output) if output else recipe.root / "wheels",
         resources=res,
         mirrors=mirrors_config.load(env),
+        env=dict(env),
     )
