@@ -26,7 +26,7 @@ from build_kernel.stages.build import cudawheels
 
 def timed(cache: Path, cuda: str, offline: bool = False) -> tuple[float, cudawheels.Toolkit]:
     start = time.monotonic()
-    tk = cudawheels.ensure_toolkit(cache, cuda, python=sys.executable, offline=offline)
+    tk = cudawheels.ensure_toolkit(cache, cuda, python=sys.executable, offline=offline, env=os.environ)
     return time.monotonic() - start, tk
 
 

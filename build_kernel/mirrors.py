@@ -14,12 +14,12 @@ too (git applies it itself; we read it only to show and name the rewrite).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_kernel import process
 from build_kernel.errors import FetchError
 
 if sys.version_info >= (3, 11):
@@ -95,10 +95,11 @@ def _config_rules(path: Path) -> list[Rule]:
 
 def _git_rules(env: Mapping[str, str]) -> list[Rule]:
     """git's own `url.<base>.insteadOf` rules (global, system and GIT_CONFIG_* from the env)."""
+    # cwd "/": no repository's own config; exit 1 is "no such rule".
     try:
-        proc = subprocess.run(["git", "config", "--get-regexp", r"^url\..*\.insteadof$"], capture_output=True,
-                              text=True, env=dict(env), check=False, cwd="/")
-    except FileNotFoundError:
+        proc = process.run(["git", "config", "--get-regexp", r"^url\..*\.insteadof$"], error=FetchError,
+                           what="reading git's url.<base>.insteadOf rules", env=env, cwd=Path("/"), check=False)
+    except FetchError:  # no git: it has no rules either
         return []
     rules = []
     for line in proc.stdout.splitlines():

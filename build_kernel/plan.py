@@ -22,6 +22,11 @@ from build_kernel.resources import JobPlan, Resources, plan_jobs, probe
 from build_kernel.series import Series, load_series
 
 
+def environment() -> dict[str, str]:
+    """A snapshot of the process environment: the one read of os.environ, by the CLI."""
+    return dict(os.environ)
+
+
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
     return Path(base) / "build-kernel"

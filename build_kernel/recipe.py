@@ -7,14 +7,18 @@ every problem is collected with its `file:line` and key path, then reported at o
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import hashlib
 import json
+import math
 import re
 import sys
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
 from build_kernel.errors import RecipeError
@@ -77,6 +81,8 @@ class Build:
     job_memory_gb: float = _doc("Predicted peak memory of one compile job per arch in flight, GB.", 4.0)
     reserve_gb: float = _doc("Memory left free for everything else while compiling, GB.", 2.0)
     max_oom_retries: int = _doc("Times an OOM-killed build resumes with fewer jobs before failing.", 3)
+    compile_cache: str = _doc("Compiler launcher for CUDA and C++ compiles: `none`, `ccache` or `sccache` "
+                              "(not installed: a warning, then uncached).", "none")
     defines: dict[str, str] = _doc("Extra CMake `-D` defines.", factory=dict)
     env: dict[str, str] = _doc("Extra environment variables for the build.", factory=dict)
 
@@ -143,10 +149,18 @@ class Recipe:
         return hashlib.sha256(blob).hexdigest()
 
     @property
+    def build_digest(self) -> str:
+        """sha256 of what the wheel depends on: not [verify], [serve], [publish] or the description,
+        so changing where a wheel goes or how it is checked does not rebuild it."""
+        kept = {k: v for k, v in self.raw.items() if k not in _NOT_BUILD_INPUTS}
+        return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+    @property
     def series_dir(self) -> Path:
         return self.root / "patches" / self.patches.series / self.patches.version
 
 
+_NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
 SECTIONS: dict[str, type] = {
     "source": Source,
     "patches": Patches,
@@ -164,9 +178,11 @@ class _Problems:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.keys: set[str] = set()
 
     def add(self, where: str, key: str, message: str) -> None:
         self.lines.append(f"{where}: {key}: {message}")
+        self.keys.add(key)
 
     def raise_if_any(self) -> None:
         if self.lines:
@@ -215,10 +231,12 @@ def _line_of(text: str, table: str, key: str) -> int:
         header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
         if header:
             current = header.group(1)
-            if not key and current == table:
+            # A table-valued key may be written as its own `[table.key]` header.
+            if current == (f"{table}.{key}" if key else table):
                 return number
             continue
-        if current == table and re.match(rf"^{re.escape(key)}\s*=", stripped):
+        # `job-memory-gb` is accepted for `job_memory_gb`, so look for either spelling.
+        if current == table and re.match(rf"^{re.escape(key).replace('_', '[-_]')}\s*=", stripped):
             return number
     return 1
 
@@ -257,34 +275,130 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
     return _merge(parent, data), parent_origins
 
 
+def _toml(value: Any) -> str:
+    """A value as a recipe would spell it, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    return str(value)
+
+
+class _Bad(Exception):
+    """A value of the wrong type: what was expected, and (maybe) an example of the right value."""
+
+    def __init__(self, expected: str, example: Any = None) -> None:
+        super().__init__(expected)
+        self.expected, self.example = expected, example
+
+
+def _to_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad("a string", str(value) if isinstance(value, (int, float)) else None)
+    return value
+
+
+def _to_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad("true or false")
+    return value
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        whole = isinstance(value, float) and value.is_integer()
+        raise _Bad("an integer", int(value) if whole else None)
+    return value
+
+
+def _to_float(value: Any) -> float:
+    # TOML `8` is as good as `8.0`; nan and inf are no sizes.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _Bad("a number")
+    return float(value)
+
+
+def _to_jobs(value: Any) -> int | str:
+    # "auto" versus a positive number is `_check`'s business.
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _Bad('"auto" or a positive integer', "auto")
+    return value
+
+
+def _to_strings(value: Any) -> tuple[str, ...]:
+    # A bare string is refused, not split: `"a b"` could mean one item or two.
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        example = [value] if isinstance(value, str) else [str(v) for v in value] if isinstance(value, list) else ["..."]
+        raise _Bad("a list of strings", example)
+    return tuple(value)
+
+
+def _to_table(value: Any) -> dict[str, str]:
+    scalar = (str, int, float, bool)
+    if not isinstance(value, dict) or not all(isinstance(v, scalar) for v in value.values()):
+        example = {k: v if isinstance(v, scalar) else "..." for k, v in value.items()} if isinstance(value, dict) else {}
+        raise _Bad("a table of strings or numbers", example or {"NAME": "value"})
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _to_archs(value: Any) -> tuple[Arch, ...]:
+    if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+        raise _Bad("a list of arch names", ["12.0a"])
+    return parse_arch_list(value)
+
+
+_CONVERTERS: dict[Any, Callable[[Any], Any]] = {
+    str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs,
+    tuple[str, ...]: _to_strings, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
+}
+
+
+@functools.cache
+def _fields_of(cls: type) -> dict[str, tuple[Field[Any], Callable[[Any], Any]]]:
+    """Each field of a section with the converter for its annotation (KeyError: an unsupported one)."""
+    hints = get_type_hints(cls)
+    return {f.name: (f, _CONVERTERS[hints[f.name]]) for f in fields(cls)}
+
+
+def _convert(f: Field[Any], convert: Callable[[Any], Any], value: Any) -> Any:
+    """`convert(value)`, or raise `_Bad` with a finished `(e.g. key = ...)` example."""
+    try:
+        return convert(value)
+    except _Bad as bad:
+        example = bad.example
+        if example is None and isinstance(value, str):
+            with contextlib.suppress(tomllib.TOMLDecodeError, _Bad):  # `"2"` for an integer: suggest it unquoted
+                example = convert(tomllib.loads(f"v = {value}")["v"])
+        if example is None:
+            example = f.default if f.default not in (MISSING, "") else "..."
+        bad.example = f"{f.name} = {_toml(example)}"
+        raise
+
+
 def _build_section(cls: type, table: Any, section: str, problems: _Problems, where: Any) -> Any:
     if not isinstance(table, dict):
-        problems.add(where(section, ""), section, "must be a table")
+        problems.add(where(section, ""), section, f"must be a table, not {_toml(table)} (write [{section}] and key = value lines below it)")
         return cls()
-    names = {f.name: f for f in fields(cls)}
+    known = _fields_of(cls)
     values: dict[str, Any] = {}
     for key, value in table.items():
         pykey = key.replace("-", "_")
-        if pykey not in names:
-            close = difflib.get_close_matches(pykey, list(names), n=1)
-            fix = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(names)}"
+        if pykey not in known:
+            close = difflib.get_close_matches(pykey, list(known), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(known)}"
             problems.add(where(section, key), f"{section}.{key}", f"unknown key ({fix})")
             continue
-        default = names[pykey].default
-        if pykey == "arch":
-            try:
-                values[pykey] = parse_arch_list(value)
-            except (ArchSpellingError, TypeError) as exc:
-                problems.add(where(section, key), f"{section}.{key}", str(exc))
-            continue
-        if isinstance(default, bool) and not isinstance(value, bool):
-            problems.add(where(section, key), f"{section}.{key}", f"must be true or false, not {value!r}")
-            continue
-        if isinstance(value, list):
-            value = tuple(str(v) for v in value)
-        elif isinstance(value, dict):
-            value = {str(k): str(v) for k, v in value.items()}
-        values[pykey] = value
+        try:
+            values[pykey] = _convert(*known[pykey], value)
+        except _Bad as bad:
+            problems.add(where(section, key), f"{section}.{key}",
+                         f"must be {bad.expected}, not {_toml(value)} (e.g. {bad.example})")
+        except ArchSpellingError as exc:
+            problems.add(where(section, key), f"{section}.{key}", str(exc))
     return cls(**values)
 
 
@@ -312,7 +426,11 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
         for name, cls in SECTIONS.items()
     }
     deps = []
-    for dep_name, table in (raw.get("deps") or {}).items():
+    dep_tables = raw.get("deps", {})
+    if not isinstance(dep_tables, dict):
+        problems.add(where("", "deps"), "deps", f"must be a table, not {_toml(dep_tables)} (write [deps.NAME] and key = value lines below it)")
+        dep_tables = {}
+    for dep_name, table in dep_tables.items():
         dep = _build_section(Dep, {**table, "name": dep_name} if isinstance(table, dict) else table,
                              f"deps.{dep_name}", problems, where)
         deps.append(dep)
@@ -333,25 +451,45 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
 
 def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     """Cross-field rules that a single field's type cannot express."""
-    if not r.source.repo:
+    refused = set(problems.keys)  # a value refused for its type is not also "missing"
+    if not r.source.repo and "source.repo" not in refused:
         problems.add(where("source", "repo"), "source.repo", "missing (set the git URL or path to build from)")
-    if not r.source.commit:
-        problems.add(where("source", "commit"), "source.commit", "missing (pin a full 40-hex commit SHA)")
-    elif not SHA_RE.match(r.source.commit) and not r.source.allow_floating:
-        problems.add(where("source", "commit"), "source.commit",
-                     f"{r.source.commit!r} is not a full 40-hex SHA (pin the commit, or set allow_floating = true)")
-    if not r.patches.series or not r.patches.version:
-        problems.add(where("patches", ""), "patches", "series and version are required (e.g. series = \"sm120\", version = \"v1\")")
-    elif not (r.series_dir / "series").is_file():
-        problems.add(where("patches", "series"), "patches.series",
-                     f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
+    if "source.commit" not in refused:
+        if not r.source.commit:
+            problems.add(where("source", "commit"), "source.commit", "missing (pin a full 40-hex commit SHA)")
+        elif not SHA_RE.match(r.source.commit) and not r.source.allow_floating:
+            problems.add(where("source", "commit"), "source.commit",
+                         f"{r.source.commit!r} is not a full 40-hex SHA (pin the commit, or set allow_floating = true)")
+    if not {"patches.series", "patches.version"} & refused:
+        if not r.patches.series or not r.patches.version:
+            problems.add(where("patches", ""), "patches", "series and version are required (e.g. series = \"sm120\", version = \"v1\")")
+        elif not (r.series_dir / "series").is_file():
+            problems.add(where("patches", "series"), "patches.series",
+                         f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
     if not r.build.arch and "arch" not in (r.raw.get("build") or {}):
         problems.add(where("build", "arch"), "build.arch", "missing (name the archs to build, e.g. [\"12.0a\"])")
     elif r.build.arch and r.build.fp4:
         check_fp4(r.build.arch, lambda msg: problems.add(where("build", "arch"), "build.arch", msg))
     jobs = r.build.jobs
     if not (jobs == "auto" or (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1)):
-        problems.add(where("build", "jobs"), "build.jobs", f"{jobs!r} is neither \"auto\" nor a positive number")
+        problems.add(where("build", "jobs"), "build.jobs",
+                     f"{jobs!r} is neither \"auto\" nor a positive number (e.g. jobs = \"auto\" or jobs = 8)")
+    b, default = r.build, Build()
+    for key, ok, rule in (
+        ("nvcc_threads", b.nvcc_threads >= 1, "at least 1"),
+        ("max_oom_retries", b.max_oom_retries >= 0, "0 or more"),
+        ("job_memory_gb", b.job_memory_gb > 0, "more than 0"),
+        ("reserve_gb", b.reserve_gb >= 0, "0 or more"),
+    ):
+        if not ok:
+            problems.add(where("build", key), f"build.{key}",
+                         f"must be {rule}, not {_toml(getattr(b, key))} (e.g. {key} = {_toml(getattr(default, key))})")
+    if not 1 <= r.serve.port <= 65535:
+        problems.add(where("serve", "port"), "serve.port",
+                     f"must be a port number from 1 to 65535, not {r.serve.port} (e.g. port = {Serve().port})")
+    if r.build.compile_cache not in ("none", "ccache", "sccache"):
+        problems.add(where("build", "compile_cache"), "build.compile_cache",
+                     f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
     if r.toolchain.cuda_source not in ("auto", "system", "wheels"):
         problems.add(where("toolchain", "cuda_source"), "toolchain.cuda_source",
                      f"{r.toolchain.cuda_source!r} is not one of auto, system, wheels")

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_kernel import atomic
 from build_kernel.errors import PatchError
 
 if sys.version_info >= (3, 11):
@@ -143,7 +144,5 @@ def write_lock(directory: Path) -> Path:
     """Record the sha256 of every listed patch (after a human reviewed them)."""
     series = load_series(directory, check_lock=False)
     lock = directory / LOCK
-    tmp = lock.with_suffix(".tmp")
-    tmp.write_text("".join(f"{p.sha256}  {p.name}\n" for p in series.patches))
-    tmp.replace(lock)
+    atomic.write_text(lock, "".join(f"{p.sha256}  {p.name}\n" for p in series.patches))
     return lock

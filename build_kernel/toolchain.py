@@ -9,24 +9,48 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from build_kernel import process
 from build_kernel.archs import Arch
 from build_kernel.errors import ToolchainError
 from build_kernel.process import which
 
+# torch's facts without importing it (an import takes seconds): find_spec of a top-level
+# package runs none of its code, and torch/version.py is read as text.
 _TORCH_PROBE = """
-import json, os, torch, torch.utils
-site = os.path.dirname(os.path.dirname(torch.__file__))
-print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda,
-                  "cmake_prefix_path": torch.utils.cmake_prefix_path,
-                  "nvidia_dir": os.path.join(site, "nvidia")}))
+import ast, json, os, platform, importlib.util
+info = {"python_version": platform.python_version()}
+spec = importlib.util.find_spec("torch")
+if spec and spec.submodule_search_locations:
+    here = list(spec.submodule_search_locations)[0]
+    found = {}
+    try:
+        with open(os.path.join(here, "version.py"), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        tree = ast.Module(body=[], type_ignores=[])
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            found[target.id] = node.value.value
+    version = found.get("__version__")
+    if not isinstance(version, str):
+        import importlib.metadata
+        try:
+            version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    cuda = found.get("cuda")
+    info.update(version=version, cuda=cuda if isinstance(cuda, str) else None,
+                cmake_prefix_path=os.path.join(here, "share", "cmake"),
+                nvidia_dir=os.path.join(os.path.dirname(here), "nvidia"))
+print(json.dumps(info))
 """
 
 
@@ -57,23 +81,12 @@ class Facts:
         return asdict(self)
 
 
-def _out(cmd: list[str], *, merge: bool = True) -> str | None:
-    """stdout (+ stderr when merge) of a successful command; None when it fails."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout + proc.stderr if merge else proc.stdout
-
-
 def _version(text: str | None, pattern: str) -> str | None:
     m = re.search(pattern, text or "")
     return m.group(1) if m else None
 
 
-def find_nvcc(env: dict[str, str], path: str | None = None, roots: tuple[str, ...] = ("/usr/local",)) -> str | None:
+def find_nvcc(env: Mapping[str, str], path: str | None = None, roots: tuple[str, ...] = ("/usr/local",)) -> str | None:
     """nvcc from CUDA_HOME/CUDA_PATH, then PATH, then <root>/cuda*."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var) and Path(env[var], "bin", "nvcc").is_file():
@@ -87,42 +100,47 @@ def find_nvcc(env: dict[str, str], path: str | None = None, roots: tuple[str, ..
     return None
 
 
-def cuda_home_of(nvcc: str) -> str:
+def cuda_home_of(nvcc: str, env: Mapping[str, str] | None = None) -> str:
     """The toolkit root; nvcc itself says where it lives (`_HERE_`), wrappers or not."""
-    dry = _out([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]) or ""
+    dry = process.probe([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull], env=env) or ""
     here = _version(dry, r"_HERE_=(\S+)")
     return str(Path(here).parent) if here else str(Path(nvcc).resolve().parent.parent)
 
 
-def detect(python: str = sys.executable, env: dict[str, str] | None = None,
-           cuda_roots: tuple[str, ...] = ("/usr/local",)) -> Facts:
-    """Ask every tool for its version; never raises."""
-    env = dict(os.environ if env is None else env)
+def detect(python: str, env: Mapping[str, str], cuda_roots: tuple[str, ...] = ("/usr/local",)) -> Facts:
+    """Ask every tool for its version, each run in `env`; never raises."""
     search = env.get("PATH")
     py_dir = str(Path(python).parent)
     # Tools installed in the build environment (cmake, ninja from PyPI) come first.
     tool_path = f"{py_dir}{os.pathsep}{search}" if search else py_dir
-    facts: dict[str, object] = {"python": python}
-    facts["python_version"] = _version(_out([python, "--version"]), r"Python (\S+)") or "?"
+
+    def out(*cmd: str, merge: bool = True) -> str | None:
+        return process.probe(cmd, env=env, merge=merge)
+
+    facts: dict[str, object] = {"python": python, "python_version": "?"}
+    probe = out(python, "-c", _TORCH_PROBE, merge=False)
+    try:
+        info = json.loads(probe.strip().splitlines()[-1]) if probe and probe.strip() else {}
+    except ValueError:
+        info = {}
+    if isinstance(info, dict) and info:
+        facts["python_version"] = info["python_version"]
+        if info.get("version"):
+            facts["torch_version"], facts["torch_cuda"] = info["version"], info["cuda"]
+            facts["torch_cmake_prefix"], facts["torch_nvidia_dir"] = info["cmake_prefix_path"], info["nvidia_dir"]
     facts["git"] = which("git", path=tool_path)
     cmake = which("cmake", path=tool_path)
-    facts["cmake"], facts["cmake_version"] = cmake, cmake and _version(_out([cmake, "--version"]), r"version (\S+)")
+    facts["cmake"], facts["cmake_version"] = cmake, cmake and _version(out(cmake, "--version"), r"version (\S+)")
     ninja = which("ninja", path=tool_path)
-    facts["ninja"], facts["ninja_version"] = ninja, ninja and _version(_out([ninja, "--version"]), r"^(\d+\.\d+(?:\.\d+)?)")
+    facts["ninja"], facts["ninja_version"] = ninja, ninja and _version(out(ninja, "--version"), r"^(\d+\.\d+(?:\.\d+)?)")
     gcc = env.get("CXX") or which("g++", path=tool_path)
-    facts["gcc"], facts["gcc_version"] = gcc, gcc and _version(_out([gcc, "-dumpfullversion"]), r"^(\S+)")
+    facts["gcc"], facts["gcc_version"] = gcc, gcc and _version(out(gcc, "-dumpfullversion"), r"^(\S+)")
     nvcc = find_nvcc(env, tool_path, cuda_roots)
     if nvcc:
         facts["nvcc"] = nvcc
-        facts["cuda_home"] = cuda_home_of(nvcc)
-        facts["nvcc_version"] = _version(_out([nvcc, "--version"]), r"release (\d+\.\d+)")
-        listed = _out([nvcc, "--list-gpu-arch"]) or ""
-        facts["nvcc_archs"] = tuple(re.findall(r"compute_(\d+)", listed))
-    probe = _out([python, "-c", _TORCH_PROBE], merge=False)
-    if probe:
-        info = json.loads(probe.strip().splitlines()[-1])
-        facts["torch_version"], facts["torch_cuda"] = info["version"], info["cuda"]
-        facts["torch_cmake_prefix"], facts["torch_nvidia_dir"] = info["cmake_prefix_path"], info["nvidia_dir"]
+        facts["cuda_home"] = cuda_home_of(nvcc, env)
+        facts["nvcc_version"] = _version(out(nvcc, "--version"), r"release (\d+\.\d+)")
+        facts["nvcc_archs"] = tuple(re.findall(r"compute_(\d+)", out(nvcc, "--list-gpu-arch") or ""))
     return Facts(**facts)  # type: ignore[arg-type]
 
 
@@ -170,15 +188,18 @@ def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cu
     return problems
 
 
-def check_host_compiler(nvcc: str, cxx: str | None) -> str | None:
-    """Ask nvcc itself whether it accepts the host compiler (its host_config.h decides)."""
+def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """Ask nvcc itself whether it accepts the host compiler (its host_config.h decides).
+
+    `env`: the environment nvcc runs in (None: this process's)."""
     cmd = [nvcc, "-x", "cu", "-E", "-", "-o", os.devnull]
     if cxx:
         cmd[1:1] = ["-ccbin", cxx]
     try:
-        proc = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60, check=False)
-    except OSError as exc:
-        return f"nvcc could not run the host compiler {cxx}: {exc}"
+        proc = process.run(cmd, error=ToolchainError, what=f"nvcc could not run the host compiler {cxx or 'default'}",
+                           env=env, stdin="", timeout=60, check=False)
+    except ToolchainError as exc:  # nvcc missing or hanging: that is the answer
+        return exc.render()
     if proc.returncode == 0:
         return None
     reason = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])

@@ -110,14 +110,16 @@ class DemoBuild:
 
 @pytest.fixture(scope="session")
 def demo_build(tmp_path_factory: pytest.TempPathFactory) -> DemoBuild:
-    """The patched miniature for 12.0a, built once per session through `make wheel`."""
+    """The patched miniature for 12.0a, built and verified once per session by the CLI."""
     import time
 
     cache, out = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("wheels")
-    env = {**os.environ, "BUILD_KERNEL_CACHE_DIR": str(cache), "BUILD_KERNEL_OUTPUT_DIR": str(out), "NO_COLOR": "1"}
+    env = {"BUILD_KERNEL_CACHE_DIR": str(cache), "BUILD_KERNEL_OUTPUT_DIR": str(out)}
     start = time.monotonic()
-    proc = subprocess.run(["make", "--no-print-directory", "wheel", "RECIPE=demo", "ARCH=12.0a"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built = run_cli("build", "--recipe", "demo", "--arch", "12.0a", env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    verified = run_cli("verify", "--recipe", "demo", "--arch", "12.0a", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     [wheel] = list(out.glob("*.whl"))
-    return DemoBuild(cache, out, wheel, time.monotonic() - start, proc.stdout + proc.stderr)
+    output = built.stdout + built.stderr + verified.stdout + verified.stderr
+    return DemoBuild(cache, out, wheel, time.monotonic() - start, output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,6 @@ def test_env_per_torch_spec_is_made_once_and_pins_torch(project: Path, tmp_path:
     before = marker.stat().st_mtime
     assert buildenv.python_for(plan) == python and marker.stat().st_mtime == before
     # The preflight then reads that env's torch: a CPU build cannot build CUDA kernels.
-    facts = toolchain.detect(python)
+    facts = toolchain.detect(python, os.environ)
     problems = toolchain.preflight(facts, parse_arch_list("12.0a"), cmake_spec=">=3.26", want_cuda="13.0")
     assert any("torch 2.13.0+cpu is a CPU build: install a CUDA build of torch" in p for p in problems)

@@ -47,7 +47,7 @@ def toolkit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def toolkit(toolkit_cache: Path) -> cudawheels.Toolkit:
     """CUDA 13.0 (torch 2.14.1's) from PyPI, installed once per session."""
-    return cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable)
+    return cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable, env=os.environ)
 
 
 # ---- pins and error texts (no network) ---------------------------------------------------
@@ -79,15 +79,44 @@ def test_pip_no_match_becomes_one_line_with_the_releases_the_index_has() -> None
 
 def test_cuda_12_has_no_wheel_layout(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as exc:
-        cudawheels.ensure_toolkit(tmp_path, "12.8", python=sys.executable)
+        cudawheels.ensure_toolkit(tmp_path, "12.8", python=sys.executable, env=os.environ)
     assert "no PyPI toolkit for CUDA 12.8" in one_line(exc)
     assert not (tmp_path / "toolkits").exists()
 
 
 def test_offline_without_a_cached_toolkit_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as exc:
-        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable, offline=True)
+        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable, env=os.environ, offline=True)
     assert one_line(exc).startswith(f"offline and no CUDA 13.0 toolkit is cached in {tmp_path}/toolkits/cuda-13.0-")
+
+
+def test_programs_that_do_not_run_are_one_line_toolchain_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "bin" / "nvcc"
+    log = tmp_path / "t.log"
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.nvcc_version(missing)
+    assert one_line(exc).startswith(f"{missing} does not run: {missing} not found")
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.smoke_compile(missing, tmp_path, log, {"PATH": "/usr/bin:/bin"})
+    assert one_line(exc).startswith(f"the CUDA toolkit from PyPI does not compile a test kernel: {missing} not found")
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels._pip_install(str(tmp_path / "no-python"), tmp_path / "target", ("x",), "13.0", log, {})
+    assert one_line(exc).startswith(f"cannot run pip with {tmp_path / 'no-python'}: ")
+    assert "(give a python that has pip)" in str(exc.value)
+    # A failing nvcc --version: its own words, one line.
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text("#!/bin/sh\necho 'nvcc fatal: broken install' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.nvcc_version(fake)
+    assert one_line(exc) == f"{fake} --version failed: nvcc fatal: broken install"
+
+
+def test_toolkit_environ_is_built_on_the_given_base() -> None:
+    tk = cudawheels.Toolkit(cuda="13.0", root=Path("/tk"), nvcc=Path("/tk/bin/nvcc"), version="13.0.88",
+                            packages=(), defines={})
+    env = tk.environ({"PATH": "/usr/bin", "KEEP": "1"})
+    assert env == {"PATH": "/tk/bin:/usr/bin", "KEEP": "1", "CUDA_HOME": "/tk", "CUDA_PATH": "/tk"}
 
 
 # ---- choose() -----------------------------------------------------------------------------
@@ -128,7 +157,7 @@ def test_choose_errors_when_nothing_can_fit() -> None:
 
 def test_choose_with_the_real_system_facts() -> None:
     # The CI machine: nvcc 13.0 at /usr/local/cuda-13.0, torch 2.14.1+cu130.
-    facts = toolchain.detect()
+    facts = toolchain.detect(sys.executable, os.environ)
     assert facts.nvcc_version == "13.0" and facts.torch_cuda == "13.0", facts
     assert cudawheels.choose("auto", facts, facts.torch_cuda, SM120A)[0] == "system"
     # A torch built for CUDA 13.1 (nvidia-cuda-nvcc 13.1.x is on PyPI): the system 13.0 does not match.
@@ -167,10 +196,10 @@ def test_toolkit_layout_versions_and_defines(toolkit: cudawheels.Toolkit, toolki
 
 def test_second_call_and_offline_reuse_the_cache(toolkit: cudawheels.Toolkit, toolkit_cache: Path) -> None:
     start = time.monotonic()
-    again = cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable)
+    again = cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable, env=os.environ)
     assert time.monotonic() - start < 2
     assert again.cached and again == toolkit
-    offline = cudawheels.ensure_toolkit(toolkit_cache, "13.0.88", python=sys.executable, offline=True)
+    offline = cudawheels.ensure_toolkit(toolkit_cache, "13.0.88", python=sys.executable, env=os.environ, offline=True)
     assert offline.root == toolkit.root and offline.cached
     assert not list((toolkit_cache / "toolkits").glob(".*partial*"))
 
@@ -184,10 +213,10 @@ def test_concurrent_setup_installs_once_and_drops_stale_partials(
     site = toolkit.root.parent.parent
     calls: list[Path] = []
 
-    def fake_pip(python: str, target: Path, reqs: object, mm: str, log: Path) -> None:
+    def fake_pip(python: str, target: Path, reqs: object, mm: str, log: Path, env: object) -> None:
         calls.append(target)
         time.sleep(0.5)  # long enough for the other thread to wait on the lock
-        shutil.copytree(site, target, symlinks=True, copy_function=os.link,
+        shutil.copytree(site, target, symlinks=True, copy_function=os.link, dirs_exist_ok=True,
                         ignore=lambda d, names: [n for n in names if n in ("toolkit.json", "lib64", "targets")
                                                  or (n.endswith(".so") and os.path.islink(os.path.join(d, n)))])
 
@@ -199,7 +228,7 @@ def test_concurrent_setup_installs_once_and_drops_stale_partials(
     (final / "nvidia").mkdir(parents=True)  # no marker: an interrupted run, never trusted
     results: list[cudawheels.Toolkit] = []
     threads = [threading.Thread(target=lambda: results.append(
-        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable))) for _ in range(2)]
+        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable, env=os.environ))) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -212,7 +241,7 @@ def test_concurrent_setup_installs_once_and_drops_stale_partials(
 
 def test_unknown_cuda_minor_is_one_line_from_pip(toolkit_cache: Path) -> None:
     with pytest.raises(ToolchainError) as exc:
-        cudawheels.ensure_toolkit(toolkit_cache, "13.99", python=sys.executable)
+        cudawheels.ensure_toolkit(toolkit_cache, "13.99", python=sys.executable, env=os.environ)
     text = one_line(exc)
     assert text.startswith("no CUDA 13.99 toolkit on the package index: pip finds no nvidia-cuda-nvcc==13.99.*;")
     assert re.search(r"nvidia-cuda-nvcc has CUDA 13\.0, 13\.1, ", text), text
@@ -232,9 +261,9 @@ def hidden_system_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def cubin_archs(path: Path) -> list[str]:
-    from build_kernel.stages.verify.checks import find_tool
+    from build_kernel.stages.verify.cubins import find_tool
 
-    cuobjdump = find_tool("cuobjdump")
+    cuobjdump = find_tool("cuobjdump", os.environ)
     assert cuobjdump, "cuobjdump (PyPI nvidia-cuda-cuobjdump) not found"
     out = subprocess.run([cuobjdump, "--list-elf", str(path)], capture_output=True, text=True, check=True).stdout
     return re.findall(r"\.(sm_\d+[af]?)\.cubin", out)
@@ -242,10 +271,10 @@ def cubin_archs(path: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_auto_for_a_cuda_minor_the_system_lacks_gets_a_working_13_1_nvcc(toolkit_cache: Path, tmp_path: Path) -> None:
-    facts = toolchain.detect()
+    facts = toolchain.detect(sys.executable, os.environ)
     source, _ = cudawheels.choose("auto", facts, "13.1", SM120A)
     assert source == "wheels"
-    tk = cudawheels.ensure_toolkit(toolkit_cache, "13.1", python=sys.executable)
+    tk = cudawheels.ensure_toolkit(toolkit_cache, "13.1", python=sys.executable, env=os.environ)
     assert tk.version.startswith("13.1.") and all(v.startswith("13.1.") for v in dict(tk.packages).values())
     (tmp_path / "k.cu").write_text('#include <cuda_fp4.h>\n__global__ void k(__nv_fp4_e2m1* p) { p[0] = __nv_fp4_e2m1(1.5f); }\n')
     subprocess.run([str(tk.nvcc), "-c", "-arch=sm_120a", "k.cu", "-o", "k.o"], cwd=tmp_path, env=hidden_system_env(),

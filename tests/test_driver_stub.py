@@ -8,6 +8,7 @@ toolkit's stubs/libcuda.so is for).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -72,7 +73,7 @@ def test_library_linking_libcuda_does_not_load_here_by_itself(driver_wheel: Path
 
 def test_verify_imports_it_against_a_generated_driver_stub(driver_wheel: Path) -> None:
     report = verify.verify(driver_wheel, Verify(import_modules=("drvprobe",)), parse_arch_list("12.0a"),
-                           cuda_home="/nonexistent")
+                           cuda_home="/nonexistent", env=os.environ)
     assert report.imports == {"drvprobe": "ok"}, report.failures
     assert report.passed and report.libraries[0].archs == ["sm_120a"]
     assert report.driver.startswith("a generated stub of 2 driver symbols")
@@ -84,3 +85,18 @@ def test_stub_exports_exactly_the_imported_driver_symbols(driver_wheel: Path, tm
     libs = [tmp_path / "drvprobe/libprobe.so"]
     assert driver_stub.needs_driver(libs) == libs
     assert driver_stub.driver_symbols(libs) == ["cuDeviceGetCount", "cuInit"]
+
+
+def test_a_failing_c_compiler_is_one_line_verify_error(tmp_path: Path) -> None:
+    from build_kernel.errors import VerifyError
+
+    with pytest.raises(VerifyError) as exc:
+        driver_stub.make_stub(["cuInit"], tmp_path, cc=str(tmp_path / "no-cc"))
+    assert str(exc.value) == f"compiling a stand-in libcuda: {tmp_path / 'no-cc'} not found (install a C compiler (cc))"
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'cc: internal error' >&2\nexit 4\n")
+    broken.chmod(0o755)
+    with pytest.raises(VerifyError) as exc:
+        driver_stub.make_stub(["cuInit"], tmp_path, cc=str(broken))
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith("compiling a stand-in libcuda: `") and "exited 4: cc: internal error" in text

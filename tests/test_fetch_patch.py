@@ -168,7 +168,7 @@ def test_apply_failure_leaves_tree_exactly_as_before(upstream: tuple[Path, str],
     from build_kernel.stages.patch.apply import apply_series
 
     with pytest.raises(PatchError, match=r"0002-policy.patch does not apply"):
-        apply_series(repo, plan.series, "pkg")
+        apply_series(repo, plan.series, "pkg", env=plan.env)
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True,
                             check=True)
     assert status.stdout == ""  # 0001 (which applies) was not applied either
@@ -266,3 +266,33 @@ def test_unreachable_repo_names_git_reason(project: Path, tmp_path: Path) -> Non
     with pytest.raises(FetchError, match=r"cannot fetch .*no-such-repo: fatal: .*does not appear to be a git repository"):
         workspace.prepare(plan)
     assert not list((tmp_path / "cache" / "mirrors").glob("*.git"))  # no half-made mirror
+
+
+def test_git_missing_is_one_line_patch_error(upstream: tuple[Path, str], project: Path, tmp_path: Path) -> None:
+    from build_kernel.stages.patch.apply import check_series
+
+    repo, sha = upstream
+    plan = make_plan(project, repo, sha, tmp_path / "cache")
+    with pytest.raises(PatchError) as info:
+        check_series(repo, plan.series, "pkg", env={"PATH": str(tmp_path / "no-bin")})
+    assert str(info.value) == f"git read-tree in {repo}: git not found (install git or put it on PATH)"
+
+
+def test_silent_git_apply_failure_in_worktree_is_one_line_patch_error(
+        project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
+    # A git whose `apply` fails without a word (before: an IndexError traceback).
+    repo, sha = upstream
+    make_plan(project, repo, sha, tmp_path / "cache")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    real = shutil.which("git")
+    (fake / "git").write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = apply ] && exit 1; done\nexec {real} "$@"\n')
+    (fake / "git").chmod(0o755)
+    plan = resolve(recipe.load("r", project), env={"PATH": f"{fake}:/usr/bin:/bin"}, resources=RES,
+                   cache_dir=tmp_path / "cache")
+    dev = tmp_path / "dev"
+    with pytest.raises(PatchError) as info:
+        patch_check.dev_worktree(plan, dev)
+    assert str(info.value) == ("0001-policy.patch does not apply: git apply exited 1 and said nothing"
+                               " (run `build-kernel patch check` first)")
+    assert not dev.exists()

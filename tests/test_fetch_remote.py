@@ -297,3 +297,7 @@ def test_offline_branch_never_fetched_is_one_error(server: dict[str, str], tmp_p
     fetch.ensure_commit(server["url"], server["base"], cache, offline=False, paths=["pkg"])
     with pytest.raises(FetchError, match=r"'main' is not in the cached mirror of .* --offline forbids fetching it"):
         fetch.ensure_commit(server["url"], "main", cache, offline=True, allow_floating=True)
+
+
+def test_no_git_means_no_git_rewrites(tmp_path: Path) -> None:
+    assert mirrors._git_rules({"PATH": str(tmp_path)}) == []

@@ -108,7 +108,7 @@ def test_health_lists_version_changes_with_states(tmp_path: Path, recipe: Path, 
 
     # --write: the same rows, only commit, date, version and states (no upstream text).
     assert json.loads(out.read_text()) == [{k: r[k] for k in ("commit", "date", "version", "states")} for r in rows]
-    assert not list(tmp_path.glob(".health.json.tmp-*"))
+    assert not list(tmp_path.glob(".health.json*"))
 
     # The walk fetched the package's files, never what lies beside it.
     [mirror] = (cache / "mirrors").glob("*.git")
@@ -151,3 +151,33 @@ def test_unknown_since_is_one_line_error_and_writes_nothing(tmp_path: Path, reci
     assert line.startswith(f"error: --since no-such-tag is not a commit, branch or tag of {upstream.url} (check the name")
     assert not out.exists() and not list(tmp_path.glob(".health.json*"))
     assert proc.stdout == ""
+
+
+def test_blobs_read_as_text_whatever_their_bytes(tmp_path: Path) -> None:
+    import os
+
+    from build_kernel.stages.patch import health as patch_health
+
+    texts = {"a.toml": '[project]\nversion = "1.0"\nauthors = ["Zoë Ünal"]\n', "b.toml": "",
+             "c.toml": 'x = "line"\r\n[project]\r\nversion = "2.0"\r\n', "d.toml": "ünïcode at the end ✓"}
+    commit_files(tmp_path / "r", texts)
+    repo = git.Repo(tmp_path / "r")
+    oids = [repo.git.rev_parse(f"HEAD:{name}") for name in texts]
+    missing = "0" * 39 + "1"
+    found = patch_health._blobs(tmp_path / "r", [*oids[:2], missing, *oids[2:]], os.environ)
+    assert missing not in found
+    assert [found[o].replace("\r\n", "\n") for o in oids] == [t.replace("\r\n", "\n") for t in texts.values()]
+    assert patch_health._version(found[oids[0]]) == "1.0" and patch_health._version(found[oids[2]]) == "2.0"
+
+
+def test_git_failure_in_the_mirror_is_one_line_fetch_error(tmp_path: Path) -> None:
+    import os
+
+    from build_kernel.errors import FetchError
+    from build_kernel.stages.patch import health as patch_health
+
+    with pytest.raises(FetchError) as exc:
+        patch_health._out(tmp_path, "rev-list", "HEAD", env=os.environ)
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith(f"git rev-list in {tmp_path}: `git -C {tmp_path} rev-list HEAD` exited 128")
+    assert text.endswith("(delete the mirror from the cache and retry)")

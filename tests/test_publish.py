@@ -26,8 +26,8 @@ import pytest
 from build_kernel import static_index
 from build_kernel.errors import PublishError, VerifyError
 from build_kernel.recipe import Publish
-from build_kernel.stages.publish import upload as pub
-from build_kernel.stages.verify.checks import RECORD_SUFFIX
+from build_kernel.stages import publish as pub
+from build_kernel.stages.verify.report import RECORD_SUFFIX
 from tests.conftest import run_cli, write_recipe, write_series
 
 USER = "alice"

@@ -139,6 +139,90 @@ def test_all_problems_reported_at_once(root: Path) -> None:
     assert len(lines) == 3
 
 
+def bad_value(section: str, line: str) -> str:
+    """GOOD with one value changed: a [build] key on line 11, any other section's on line 13."""
+    if section == "build":
+        return GOOD.replace("job_memory_gb = 2.0", line)
+    return GOOD + f"[{section}]\n{line}\n"
+
+
+@pytest.mark.parametrize("section,line,number,expected", [
+    ("build", 'nvcc_threads = "x"', 11, 'build.nvcc_threads: must be an integer, not "x" (e.g. nvcc_threads = 1)'),
+    ("build", 'nvcc_threads = "2"', 11, 'build.nvcc_threads: must be an integer, not "2" (e.g. nvcc_threads = 2)'),
+    ("build", "nvcc_threads = 0", 11, "build.nvcc_threads: must be at least 1, not 0 (e.g. nvcc_threads = 1)"),
+    ("build", 'job_memory_gb = "big"', 11, 'build.job_memory_gb: must be a number, not "big" (e.g. job_memory_gb = 4.0)'),
+    ("build", "job_memory_gb = 0", 11, "build.job_memory_gb: must be more than 0, not 0.0 (e.g. job_memory_gb = 4.0)"),
+    ("build", "job_memory_gb = nan", 11, "build.job_memory_gb: must be a number, not nan (e.g. job_memory_gb = 4.0)"),
+    ("build", "reserve_gb = -1", 11, "build.reserve_gb: must be 0 or more, not -1.0 (e.g. reserve_gb = 2.0)"),
+    ("build", "max_oom_retries = 1.5", 11, "build.max_oom_retries: must be an integer, not 1.5 (e.g. max_oom_retries = 3)"),
+    ("build", "max_oom_retries = -1", 11, "build.max_oom_retries: must be 0 or more, not -1 (e.g. max_oom_retries = 3)"),
+    ("build", "jobs = true", 11, 'build.jobs: must be "auto" or a positive integer, not true (e.g. jobs = "auto")'),
+    ("build", 'defines = "x"', 11,
+     'build.defines: must be a table of strings or numbers, not "x" (e.g. defines = { NAME = "value" })'),
+    ("build", "defines = { A = [1] }", 11,
+     'build.defines: must be a table of strings or numbers, not { A = [1] } (e.g. defines = { A = "..." })'),
+    ("build", 'env = ["A"]', 11, 'build.env: must be a table of strings or numbers, not ["A"] (e.g. env = { NAME = "value" })'),
+    ("verify", 'import_modules = "minikernel"', 13,
+     'verify.import_modules: must be a list of strings, not "minikernel" (e.g. import_modules = ["minikernel"])'),
+    ("verify", 'ops = ["a", 1]', 13, 'verify.ops: must be a list of strings, not ["a", 1] (e.g. ops = ["a", "1"])'),
+    ("toolchain", "cuda = 13.0", 13, 'toolchain.cuda: must be a string, not 13.0 (e.g. cuda = "13.0")'),
+    ("serve", 'port = "http"', 13, 'serve.port: must be an integer, not "http" (e.g. port = 30000)'),
+    ("serve", "port = 70000", 13, "serve.port: must be a port number from 1 to 65535, not 70000 (e.g. port = 30000)"),
+    ("serve", "host = 1979-05-27", 13, 'serve.host: must be a string, not 1979-05-27 (e.g. host = "127.0.0.1")'),
+])
+def test_wrong_value_is_one_line_with_file_line_key_and_fix(root: Path, section: str, line: str, number: int,
+                                                           expected: str) -> None:
+    [problem] = problems(root, "bad", bad_value(section, line))
+    assert problem == f"{root / 'recipes' / 'bad.toml'}:{number}: {expected}"
+
+
+def test_several_wrong_values_are_reported_at_once(root: Path) -> None:
+    text = "deps = 3\n" + GOOD.replace("job_memory_gb = 2.0", 'nvcc_threads = "x"\njob_memory_gb = "big"\n'
+                                        'max_oom_retries = 1.5\ndefines = "x"\nenv = ["A"]\nreserve_gb = 1979-05-27')
+    text += '[verify]\nimport_modules = "minikernel"\n[serve]\nport = "http"\n[[serve.args]]\nx = 1\n'
+    lines = problems(root, "many", text)
+    keys = [line.split(": ")[1] for line in lines]
+    assert sorted(keys) == sorted(["deps", "build.nvcc_threads", "build.job_memory_gb", "build.max_oom_retries",
+                                   "build.defines", "build.env", "build.reserve_gb", "verify.import_modules",
+                                   "serve.port", "serve.args"])
+    assert all(" (e.g. " in line or "(write [" in line for line in lines)
+
+
+def test_good_values_convert_to_their_field_types(root: Path) -> None:
+    write_recipe(root, "typed", GOOD.replace("job_memory_gb = 2.0", """job_memory_gb = 8
+reserve_gb = 0
+nvcc_threads = 2
+max_oom_retries = 0
+jobs = 4
+defines = { A = 1, B = true, C = "x", D = 1.5 }
+[build.env]
+CC = "gcc"
+""").replace('arch = ["12.0a"]', 'arch = "12.0a;10.0a"') + """[verify]
+import_modules = ["m", "m.x"]
+[serve]
+port = 8080
+args = ["--tp", "8"]
+""")
+    r = recipe.load("typed", root)
+    b = r.build
+    assert isinstance(b.job_memory_gb, float) and b.job_memory_gb == 8.0
+    assert isinstance(b.reserve_gb, float) and b.reserve_gb == 0.0
+    assert (b.nvcc_threads, b.max_oom_retries, b.jobs) == (2, 0, 4)
+    assert b.defines == {"A": "1", "B": "True", "C": "x", "D": "1.5"} and b.env == {"CC": "gcc"}
+    assert [a.torch for a in b.arch] == ["12.0a", "10.0a"] and b.fp4 is True
+    assert r.verify.import_modules == ("m", "m.x") and r.serve.args == ("--tp", "8") and r.serve.port == 8080
+
+
+def test_cli_reports_wrong_types_without_traceback(root: Path) -> None:
+    path = write_recipe(root, "badtypes", bad_value("build", 'nvcc_threads = "x"\nenv = ["A"]'))
+    proc = run_cli("plan", "--recipe", str(path))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"error: {path}:") for line in lines)
+    assert "build.nvcc_threads: must be an integer" in lines[0] and "build.env: must be a table" in lines[1]
+    assert "Traceback" not in proc.stderr
+
+
 def test_unknown_recipe_name_suggests(root: Path) -> None:
     with pytest.raises(RecipeError, match="did you mean 'good'"):
         recipe.load("goood", root)

@@ -7,7 +7,10 @@ installed on this machine, so those two use recorded facts of such machines.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +19,7 @@ import pytest
 
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
+from build_kernel.errors import ToolchainError
 from build_kernel.resources import Resources, cgroup_cpu_quota, cgroup_memory_headroom, plan_jobs
 from tests.conftest import run_cli
 
@@ -24,7 +28,7 @@ ARCH = parse_arch_list("12.0a")
 
 @pytest.fixture(scope="module")
 def facts() -> toolchain.Facts:
-    found = toolchain.detect()
+    found = toolchain.detect(sys.executable, os.environ)
     if not found.nvcc or not found.torch_cuda:
         pytest.skip("needs nvcc and a CUDA build of torch (make test installs them)")
     return found
@@ -47,7 +51,7 @@ def test_healthy_toolchain_has_no_problems(facts: toolchain.Facts) -> None:
 
 def test_nvcc_missing(tmp_path: Path) -> None:
     env = {"PATH": only_tools(tmp_path, "g++", "git")}
-    found = toolchain.detect(env=env, cuda_roots=())
+    found = toolchain.detect(sys.executable, env, cuda_roots=())
     problems = toolchain.preflight(found, ARCH, cmake_spec=">=3.26", want_cuda="13.0")
     assert any(p.startswith("nvcc not found: install the CUDA toolkit, set CUDA_HOME") for p in problems)
 
@@ -58,6 +62,41 @@ def test_ninja_missing(tmp_path: Path) -> None:
     (fake_env / "python").symlink_to(sys.executable)
     found = toolchain.detect(str(fake_env / "python"), env={"PATH": only_tools(tmp_path, "g++", "git")}, cuda_roots=())
     assert "ninja not found: pip install ninja" in toolchain.preflight(found, ARCH, cmake_spec=">=3.26", want_cuda="")
+
+
+def test_torch_facts_without_importing_torch_equal_what_import_torch_says() -> None:
+    # The real torch of this environment, imported the slow way for the reference values.
+    ref = subprocess.run([sys.executable, "-c", "import json, os, torch, torch.utils; print(json.dumps({"
+                          "'version': torch.__version__, 'cuda': torch.version.cuda,"
+                          "'cmake': torch.utils.cmake_prefix_path,"
+                          "'nvidia': os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), 'nvidia')}))"],
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    want = json.loads(ref)
+    found = toolchain.detect(sys.executable, os.environ)
+    assert (found.torch_version, found.torch_cuda, found.torch_cmake_prefix, found.torch_nvidia_dir) == (
+        want["version"], want["cuda"], want["cmake"], want["nvidia"])
+    assert found.python_version == ".".join(map(str, sys.version_info[:3]))
+    # ...and the probe itself never imports torch (that takes seconds).
+    check = subprocess.run([sys.executable, "-c", toolchain._TORCH_PROBE + "import sys\nassert 'torch' not in sys.modules\n"],
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stderr
+
+
+def test_torch_facts_from_a_version_file_alone(tmp_path: Path) -> None:
+    # A torch folder that could not even be imported: its version.py text is enough.
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (site / "torch" / "version.py").write_text("from typing import Optional\n__version__ = '2.99.0+cu131'\n"
+                                               "cuda: Optional[str] = '13.1'\n")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
+    found = toolchain.detect(sys.executable, env, cuda_roots=())
+    assert (found.torch_version, found.torch_cuda) == ("2.99.0+cu131", "13.1")
+    assert found.torch_cmake_prefix == str(site / "torch" / "share" / "cmake")
+    assert found.torch_nvidia_dir == str(site / "nvidia")
+    (site / "torch" / "version.py").write_text("__version__ = '2.99.0+cpu'\ncuda = None\n")
+    cpu = toolchain.detect(sys.executable, env, cuda_roots=())
+    assert (cpu.torch_version, cpu.torch_cuda) == ("2.99.0+cpu", None)
 
 
 def test_cmake_below_recipe_minimum(facts: toolchain.Facts) -> None:
@@ -97,6 +136,14 @@ def test_host_compiler_rejected_by_nvcc(facts: toolchain.Facts, tmp_path: Path) 
     problem = toolchain.check_host_compiler(facts.nvcc, str(fake))
     assert problem and problem.startswith(f"nvcc rejects host compiler {fake}") and "GNU" in problem
     assert toolchain.check_host_compiler(facts.nvcc, shutil.which("g++")) is None
+
+
+def test_host_compiler_check_without_nvcc_is_one_line(tmp_path: Path) -> None:
+    problem = toolchain.check_host_compiler(str(tmp_path / "no-nvcc"), "g++")
+    assert problem == f"nvcc could not run the host compiler g++: {tmp_path / 'no-nvcc'} not found (install no-nvcc or put it on PATH)"
+    with pytest.raises(ToolchainError) as exc:
+        toolchain.require([problem])
+    assert "\n" not in str(exc.value)
 
 
 def test_doctor_reports_problems_with_exit_code(tmp_path: Path) -> None:

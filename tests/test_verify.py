@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from build_kernel import recipe as recipe_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
 from build_kernel.stages.verify import checks as verify
+from build_kernel.stages.verify.report import require_verified
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
@@ -32,7 +34,7 @@ def build_variant(project: Path, tmp_path: Path, version: str, *args: str) -> Pa
 
 
 def test_good_wheel_passes_on_a_gpu_less_host(demo_build: DemoBuild) -> None:
-    report = verify.verify(demo_build.wheel, DEMO.verify, ARCH)
+    report = verify.verify(demo_build.wheel, DEMO.verify, ARCH, env=os.environ)
     assert report.passed, report.failures
     [lib] = report.libraries
     assert lib.path == "minikernel/sm100/common_ops.so" and lib.archs == ["sm_120a"] and not lib.extra
@@ -44,7 +46,7 @@ def test_good_wheel_passes_on_a_gpu_less_host(demo_build: DemoBuild) -> None:
     if not torch.cuda.is_available():
         assert report.gpu == {"status": "skipped", "why": "no GPU"}
     record = json.loads(demo_build.wheel.with_name(demo_build.wheel.name + ".verify.json").read_text())
-    assert record["passed"] and verify.require_verified(demo_build.wheel)["sha256"] == record["sha256"]
+    assert record["passed"] and require_verified(demo_build.wheel)["sha256"] == record["sha256"]
 
 
 def test_cli_table_and_json_agree(demo_build: DemoBuild) -> None:
@@ -56,7 +58,7 @@ def test_cli_table_and_json_agree(demo_build: DemoBuild) -> None:
 
 def test_missing_op_fails(demo_build: DemoBuild) -> None:
     spec = replace(DEMO.verify, ops=(*DEMO.verify.ops, "scaled_fp4_experts_quant"))
-    report = verify.verify(demo_build.wheel, spec, ARCH)
+    report = verify.verify(demo_build.wheel, spec, ARCH, env=os.environ)
     assert not report.passed
     assert "ops missing from torch.ops.minikernel: scaled_fp4_experts_quant" in report.failures
 
@@ -72,17 +74,17 @@ def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Pa
     out.mkdir()
     subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(root)], check=True, capture_output=True)
     [broken] = list(out.glob("*.whl"))
-    report = verify.verify(broken, DEMO.verify, ARCH)
+    report = verify.verify(broken, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
     assert any(f.startswith("import minikernel.flash_attn failed: ImportError") for f in report.failures)
     with pytest.raises(VerifyError, match=r"failed verification: import minikernel.flash_attn failed"):
-        verify.require_verified(broken)
+        require_verified(broken)
 
 
 def test_wheel_lacking_sm120a_fails(project: Path, tmp_path: Path) -> None:
     copy_series(project, PATCHES, "v1")
     wheel = build_variant(project, tmp_path, "v1", "--arch", "10.0a")
-    report = verify.verify(wheel, DEMO.verify, ARCH)
+    report = verify.verify(wheel, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
     assert "minikernel/sm100/common_ops.so: no cubin for sm_120a (has sm_100a)" in report.failures
     assert any("sm_100a was not asked for" in w for w in report.warnings)
@@ -101,7 +103,7 @@ def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path) -> 
 
     copy_series(project, PATCHES, "nofp4", edit=gate_on_empty_cuda_version)
     wheel = build_variant(project, tmp_path, "nofp4")
-    report = verify.verify(wheel, DEMO.verify, ARCH)
+    report = verify.verify(wheel, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
     [failure] = report.failures
     assert "no FP4 instructions (F2FP\\.SATFINITE\\.E2M1) in its sm_120a SASS" in failure
@@ -114,4 +116,4 @@ def test_unverified_wheel_is_refused(tmp_path: Path, demo_build: DemoBuild) -> N
     copy = tmp_path / demo_build.wheel.name
     shutil.copy(demo_build.wheel, copy)
     with pytest.raises(VerifyError, match=r"has not been verified.*build-kernel verify"):
-        verify.require_verified(copy)
+        require_verified(copy)

@@ -1,1 +1,148 @@
-"""The build stage."""
+"""Build: a stamped, provenance-carrying wheel from the patched tree, cached by its inputs.
+
+`python -m build --wheel --no-isolation` (scikit-build-core) runs in the build environment
+(buildenv) with the chosen CUDA toolkit (toolkit, cudawheels), resuming after OOM kills
+(runner); the wheel gets its provenance (provenance) and is kept by its inputs (cache).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import resource
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import git
+from packaging.version import Version
+
+from build_kernel import compile_cache, log, toolchain
+from build_kernel.plan import Plan
+from build_kernel.stages import Context, Done
+from build_kernel.stages.build import cache, provenance, runner, toolkit
+from build_kernel.stages.build.cache import BuildResult
+from build_kernel.stages.fetch.workspace import Tree
+
+__all__ = ["BuildResult", "BuildStage", "build"]
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every finished descendant (compilers included: each waits
+    for its own children, so their time rolls up)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int) -> dict[str, str]:
+    """The build's environment: the plan's, the toolkit's, the job count, the recipe's last."""
+    facts = selected.facts
+    env = selected.environ(plan.env)
+    env.update(plan.build_env())
+    env["MAX_JOBS"] = env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+    env["SOURCE_DATE_EPOCH"] = str(git.Repo(tree.root).commit(tree.commit).committed_date)
+    env["PATH"] = ":".join([str(Path(facts.python).parent), *([str(Path(facts.nvcc).parent)] if facts.nvcc else []),
+                            env.get("PATH", "")])
+    if facts.cuda_home:
+        env["CUDA_HOME"] = facts.cuda_home
+    if facts.cmake_version and Version(facts.cmake_version).major >= 4:
+        # Old dependencies declare cmake_minimum_required below 3.5, which CMake 4 refuses.
+        env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
+    env.update(plan.recipe.build.env)
+    return env
+
+
+def _preflight(plan: Plan, selected: toolkit.Selected) -> None:
+    facts = selected.facts
+    toolchain.require(toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
+                                          want_cuda=plan.recipe.toolchain.cuda))
+    host = (toolchain.check_host_compiler(facts.nvcc, plan.env.get("CUDAHOSTCXX") or facts.gcc,
+                                         env=selected.environ(plan.env)) if facts.nvcc else None)
+    if host:
+        toolchain.require([host])
+
+
+def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: bool = False) -> BuildResult:
+    """Build (or take from the cache) the wheel for this plan."""
+    selected = toolkit.select(plan, python, offline=offline)
+    toolchain.require(toolchain.preflight(selected.facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
+                                          want_cuda=plan.recipe.toolchain.cuda))
+    defines = {**toolkit.cmake_defines(selected), **tree.fetchcontent_defines(), **plan.recipe.build.defines}
+    key = cache.key(plan, selected.facts, tree, defines, selected.toolkit)
+    log_path = plan.cache_dir / "logs" / f"{plan.recipe.name}-{key}.log"
+    if not force and (hit := cache.lookup(plan, key, log_path)) is not None:
+        log.info(f"cache hit {key}: {hit.wheel.name}")
+        return hit
+    _preflight(plan, selected)  # the host compiler matters only when compiling
+    cache_tool = compile_cache.get(plan.recipe.build.compile_cache)
+    if (why := cache_tool.missing(plan.env)) is not None:
+        log.warn(why)
+    # After the key: a launcher changes how objects are made, not what they are.
+    defines = {**defines, **compile_cache.cmake_defines(cache_tool, plan.env)}
+    return _compile(plan, tree, python, selected, defines, key, log_path, force=force)
+
+
+def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
+             log_path: Path, *, force: bool) -> BuildResult:
+    work = plan.cache_dir / "build" / key
+    if force:
+        # The sources are copied with their timestamps: only a fresh build folder recompiles.
+        shutil.rmtree(work / "cmake", ignore_errors=True)
+    src, dist = work / "src", work / "dist"
+    for folder in (src, dist):
+        shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(tree.project, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    version = f"{provenance.read_version(src / 'pyproject.toml')}+{provenance.local_label(plan, selected.facts, tree)}"
+    provenance.stamp_version(src / "pyproject.toml", version)
+    cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
+           f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",
+           *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items())), str(src)]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # Appended, not rewritten: a build resumed in the same folder (after an interruption) keeps
+    # the story of the earlier attempts.
+    with log_path.open("a") as fh:
+        fh.write(f"# build-kernel {plan.recipe.name} key {key} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n"
+                 f"# {plan.jobs.derivation}\n")
+    started, t0, cpu0 = dt.datetime.now(dt.timezone.utc), time.monotonic(), _children_cpu()
+    attempts = runner.build_with_retries(cmd, lambda jobs: compile_env(plan, selected, tree, jobs), cwd=work,
+                                         log_path=log_path, jobs=plan.jobs.jobs,
+                                         max_oom_retries=plan.recipe.build.max_oom_retries)
+    [wheel] = list(dist.glob("*.whl"))
+    record: dict[str, Any] = {
+        "tool": "build-kernel", "recipe": plan.recipe.name, "recipe_digest": plan.recipe.digest,
+        "version": version, "repo": plan.recipe.source.repo, "commit": tree.commit, "subdir": plan.recipe.source.subdir,
+        "patch_series": f"{plan.recipe.patches.series}/{plan.recipe.patches.version}", "series_digest": tree.series_digest,
+        "patches": {p.name: p.sha256 for p in plan.series.patches},
+        "toolchain": provenance.toolchain_record(selected.facts, selected.source, selected.why,
+                                                 selected.toolkit.packages if selected.toolkit else None),
+        "archs": [a.torch for a in plan.archs], "defines": dict(defines), "jobs": attempts.jobs,
+        "oom_kills": attempts.oom_kills, "job_derivation": plan.jobs.derivation, "key": key,
+        "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "seconds": round(time.monotonic() - t0, 1),
+        "cpu_seconds": round(_children_cpu() - cpu0, 1),  # frontend, cmake, ninja, every compiler
+    }
+    packed = provenance.inject(wheel, python, record, work, log_path)
+    out = cache.deliver(plan, cache.store(plan, key, packed, record))
+    return BuildResult(out, version, False, key, log_path, attempts.jobs, attempts.oom_kills, record)
+
+
+class BuildStage:
+    name = "build"
+
+    def skip(self, ctx: Context) -> str | None:
+        return None
+
+    def title(self, ctx: Context) -> str:
+        return f"build {ctx.plan.arch_list} with {ctx.plan.jobs.jobs} job(s)"
+
+    def run(self, ctx: Context) -> Done:
+        if ctx.tree is None:
+            from build_kernel.errors import BuildError
+
+            raise BuildError("no source tree to build", hint="run the fetch stage first")
+        python = ctx.build_python()
+        log.info(ctx.plan.jobs.derivation)
+        result = build(ctx.plan, ctx.tree, python, force=ctx.force, offline=ctx.offline)
+        ctx.build, ctx.wheels = result, [result.wheel]
+        return Done("cached" if result.cached else "done", result.to_dict())

@@ -35,7 +35,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +44,7 @@ from pathlib import Path
 from filelock import FileLock
 from packaging.version import InvalidVersion, Version
 
+from build_kernel import atomic, process
 from build_kernel.archs import Arch
 from build_kernel.errors import ToolchainError
 from build_kernel.toolchain import MIN_CUDA, Facts
@@ -85,9 +85,9 @@ class Toolkit:
     defines: Mapping[str, str] = field(hash=False)  # CMake defines for this toolkit
     cached: bool = field(default=False, compare=False)
 
-    def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """`base` (default os.environ) with this toolkit as CUDA_HOME and its bin/ first on PATH."""
-        env = dict(os.environ if base is None else base)
+    def environ(self, base: Mapping[str, str]) -> dict[str, str]:
+        """`base` with this toolkit as CUDA_HOME and its bin/ first on PATH."""
+        env = dict(base)
         env["CUDA_HOME"] = env["CUDA_PATH"] = str(self.root)
         env["PATH"] = os.pathsep.join(p for p in (str(self.root / "bin"), env.get("PATH", "")) if p)
         return env
@@ -123,13 +123,15 @@ def toolkit_dir(cache_dir: Path, cuda: str) -> Path:
     return Path(cache_dir) / "toolkits" / f"cuda-{major}.{minor}-{platform.machine()}"
 
 
-def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, offline: bool = False) -> Toolkit:
+def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, env: Mapping[str, str],
+                   offline: bool = False) -> Toolkit:
     """The cached toolkit for CUDA `cuda` (major.minor), installed from PyPI when missing.
 
     Installed with `python -m pip install --target` into a `.partial-` sibling under a
     file lock, assembled, smoke-compiled, then renamed into place: a folder without its
     marker is never trusted. `python` is also asked where torch lives, for the overlay of
-    cuBLAS/cuSPARSE headers from torch's own nvidia wheels.
+    cuBLAS/cuSPARSE headers from torch's own nvidia wheels. pip and the smoke compile run
+    in `env` (the plan's environment).
     """
     major, minor = major_minor(cuda)
     mm = f"{major}.{minor}"
@@ -152,29 +154,22 @@ def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, offline: bool = F
         found = _load(final, python)
         if found:
             return found
-        for stale in final.parent.glob(f".{final.name}.partial-*"):
-            shutil.rmtree(stale, ignore_errors=True)  # left by a killed run: we hold the lock
-        tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
-        try:
+        atomic.sweep(final)  # left by a killed run: we hold the lock
+        with atomic.folder(final, replace=True) as tmp:  # replaces another layout, or one without marker
             start = time.monotonic()
             reqs = requirements(mm)
-            _pip_install(python, tmp, reqs, mm, log)
+            _pip_install(python, tmp, reqs, mm, log, env)
             root = assemble(tmp, major)
             version = nvcc_version(root / "bin" / "nvcc")
             if not version.startswith(f"{mm}."):
                 raise ToolchainError(f"the nvcc installed for CUDA {mm} says it is {version}", hint=f"see {log}")
-            smoke_compile(root / "bin" / "nvcc", tmp, log)
+            smoke_compile(root / "bin" / "nvcc", tmp, log, env)
             marker = {
                 "layout": LAYOUT, "cuda": mm, "machine": platform.machine(), "version": version,
                 "root": str(root.relative_to(tmp)), "requirements": list(reqs), "packages": installed_versions(tmp),
                 "created": dt.datetime.now(dt.timezone.utc).isoformat(), "seconds": round(time.monotonic() - start, 1),
             }
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True))
-            shutil.rmtree(final, ignore_errors=True)  # another layout, or no marker
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     made = _load(final, python, cached=False)
     assert made is not None
     return made
@@ -202,8 +197,8 @@ def _load(final: Path, python: str, *, cached: bool = True) -> Toolkit | None:
                    defines=cmake_defines(root, torch_site(python), final.parent), cached=cached)
 
 
-def _pip_install(python: str, target: Path, reqs: Sequence[str], mm: str, log: Path) -> None:
-    target.mkdir(parents=True)
+def _pip_install(python: str, target: Path, reqs: Sequence[str], mm: str, log: Path, env: Mapping[str, str]) -> None:
+    target.mkdir(parents=True, exist_ok=True)
     # pip unpacks into TMPDIR, then moves into --target: keep both on one file system.
     scratch = target / ".pip-tmp"
     scratch.mkdir()
@@ -212,14 +207,10 @@ def _pip_install(python: str, target: Path, reqs: Sequence[str], mm: str, log: P
            *reqs]
     # Settings that contradict --target would make pip refuse or install elsewhere.
     clash = ("PIP_TARGET", "PIP_PREFIX", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
-    env = {k: v for k, v in os.environ.items() if k not in clash}
-    env.update(TMPDIR=str(scratch), PIP_NO_INPUT="1")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    except OSError as exc:
-        raise ToolchainError(f"cannot run pip with {python}: {exc}", hint="give a python that has pip") from None
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
+    child = {k: v for k, v in env.items() if k not in clash}
+    child.update(TMPDIR=str(scratch), PIP_NO_INPUT="1")
+    proc = process.run(cmd, error=ToolchainError, what=f"cannot run pip with {python}", fix="give a python that has pip",
+                       env=child, log=log, check=False)
     shutil.rmtree(scratch, ignore_errors=True)
     if proc.returncode:
         raise pip_error(proc.stdout + proc.stderr, mm, log)
@@ -289,29 +280,28 @@ def assemble(site: Path, major: int) -> Path:
 
 def nvcc_version(nvcc: Path) -> str:
     """`13.0.88` from `nvcc --version` (`Cuda compilation tools, release 13.0, V13.0.88`)."""
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError(f"{nvcc} does not run: {exc}") from None
+    out = process.run([nvcc, "--version"], error=ToolchainError, what=f"{nvcc} does not run", timeout=60,
+                      check=False)
     m = re.search(r"\bV(\d+\.\d+\.\d+)", out.stdout)
     if out.returncode or not m:
         raise ToolchainError(f"{nvcc} --version failed: {(out.stderr or out.stdout).strip()[:200]}")
     return m.group(1)
 
 
-def smoke_compile(nvcc: Path, workdir: Path, log: Path) -> None:
-    """Compile and link a kernel using libdevice and CCCL: proves cicc, ptxas, crt, nvlink, cudart."""
+def smoke_compile(nvcc: Path, workdir: Path, log: Path, env: Mapping[str, str]) -> None:
+    """Compile and link a kernel using libdevice and CCCL: proves cicc, ptxas, crt, nvlink, cudart.
+
+    Runs in `env` without CUDA_HOME/CUDA_PATH (another toolkit's); its CUDAHOSTCXX is the host compiler."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         src = Path(tmp) / "smoke.cu"
         src.write_text(_SMOKE)
         cmd = [str(nvcc), "-allow-unsupported-compiler", str(src), "-o", str(Path(tmp) / "smoke")]
-        host = os.environ.get("CUDAHOSTCXX")
+        host = env.get("CUDAHOSTCXX")
         if host:
             cmd[1:1] = ["-ccbin", host]
-        env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
+        child = {k: v for k, v in env.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+        proc = process.run(cmd, error=ToolchainError, what="the CUDA toolkit from PyPI does not compile a test kernel",
+                           env=child, log=log, timeout=300, check=False)
     if proc.returncode:
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
         first = next((l for l in lines if "error" in l.lower() or "fatal" in l.lower()), lines[-1] if lines else "")
@@ -320,14 +310,10 @@ def smoke_compile(nvcc: Path, workdir: Path, log: Path) -> None:
                              hint="a host compiler (g++) must be installed; see the log for the nvcc command")
 
 
-def torch_site(python: str) -> Path | None:
+def torch_site(python: str, env: Mapping[str, str] | None = None) -> Path | None:
     """The site-packages folder holding `python`'s torch (without importing torch)."""
-    try:
-        proc = subprocess.run([python, "-c", _TORCH_SITE], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    out = proc.stdout.strip()
-    return Path(out) if proc.returncode == 0 and out else None
+    out = (process.probe([python, "-c", _TORCH_SITE], env=env, timeout=60, merge=False) or "").strip()
+    return Path(out) if out else None
 
 
 def header_overlay(root: Path, torch_include: Path, base: Path) -> Path | None:
@@ -352,14 +338,12 @@ def header_overlay(root: Path, torch_include: Path, base: Path) -> Path | None:
     with FileLock(str(overlay) + ".lock"):
         if (overlay / MARKER).is_file() and all(p.exists() for p in include.iterdir()):
             return include
-        tmp = overlay.parent / f".{key}.partial-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "include").mkdir(parents=True)
-        for name in names:
-            (tmp / "include" / name).symlink_to(torch_include / name)
-        (tmp / MARKER).write_text(json.dumps({"toolkit": str(root), "from": str(torch_include), "names": names}))
-        shutil.rmtree(overlay, ignore_errors=True)
-        tmp.rename(overlay)
+        atomic.sweep(overlay)
+        with atomic.folder(overlay, replace=True) as tmp:
+            (tmp / "include").mkdir()
+            for name in names:
+                (tmp / "include" / name).symlink_to(torch_include / name)
+            (tmp / MARKER).write_text(json.dumps({"toolkit": str(root), "from": str(torch_include), "names": names}))
     return include
 
 

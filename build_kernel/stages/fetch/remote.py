@@ -26,7 +26,7 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from build_kernel import examples
+from build_kernel import atomic, examples
 from build_kernel.errors import FetchError
 from build_kernel.mirrors import Mirrors, Rewrite, is_url
 from build_kernel.recipe import SHA_RE
@@ -100,13 +100,8 @@ def _make_partial(repo: git.Repo, origin: str, *, blob_filter: str = "") -> None
 
 def _init_mirror(path: Path) -> None:
     """An empty bare repository that may lack blobs (a partial clone of `origin`)."""
-    tmp = temp_dir_for(path)
-    try:
+    with atomic.folder(path) as tmp:
         _make_partial(git.Repo.init(tmp, bare=True), "unset", blob_filter="blob:none")
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _local(repo: git.Repo, *args: str) -> str:
@@ -359,7 +354,5 @@ def worktree_key(commit: str, series_digest: str) -> str:
     return f"{commit[:12]}-{series_digest[:12]}"
 
 
-def temp_dir_for(final: Path) -> Path:
-    """A fresh sibling of `final`, renamed into place when complete."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+# A fresh `.partial-` sibling of `final`, renamed into place when complete (kept for importers).
+temp_dir_for = atomic.partial_dir

@@ -18,6 +18,7 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
+from build_kernel import atomic
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
@@ -96,14 +97,13 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
             shutil.rmtree(final)  # does not match its key: never trust it
         elif final.exists():
             shutil.rmtree(final)  # no marker: left by an interrupted run
-        for stale in final.parent.glob(f".{final.name}.partial-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+        atomic.sweep(final)
         applied: list[patches.PatchStatus] = []
 
         def fill(tmp: Path) -> dict[str, object]:
-            fetch.checkout(mirror, sha, tmp, paths=r.source.paths)
+            fetch.checkout(mirror, sha, tmp, paths=r.source.paths).close()  # no git process outlives the fill
             check_applicability(plan, sha, upstream_version(tmp / r.source.subdir))
-            applied.extend(patches.apply_series(tmp, plan.series, r.source.subdir))
+            applied.extend(patches.apply_series(tmp, plan.series, r.source.subdir, env=plan.env))
             return {"commit": sha, "series_digest": plan.series.digest, "repo": url,
                     "patches": [s.to_dict() for s in applied]}
 
@@ -113,14 +113,9 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
 
 def _make_atomically(final: Path, fill: Callable[[Path], dict[str, object]]) -> None:
     """Fill a `.partial-` sibling, mark it complete, then rename it into place; never half."""
-    tmp = fetch.temp_dir_for(final)
-    try:
+    with atomic.folder(final) as tmp:
         marker = fill(tmp)
         (tmp / fetch.MARKER).write_text(json.dumps(marker, indent=2))
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def prepare_deps(plan: Plan, *, offline: bool = False) -> dict[str, Path]:
@@ -147,9 +142,10 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
         if (final / fetch.MARKER).is_file():
             return final
         shutil.rmtree(final, ignore_errors=True)
+        atomic.sweep(final)
 
         def fill(tmp: Path) -> dict[str, object]:
-            fetch.checkout(mirror, sha, tmp, paths=dep.paths)
+            fetch.checkout(mirror, sha, tmp, paths=dep.paths).close()
             subs = {sub: _add_submodule(plan, dep, tmp, sub, offline) for sub in dep.submodules}
             return {"commit": sha, "tag": dep.tag, "repo": url, "paths": list(dep.paths), "submodules": subs}
 
@@ -185,5 +181,5 @@ def _add_submodule(plan: Plan, dep: Dep, tree: Path, sub: str, offline: bool) ->
     dest = tree / sub
     if dest.is_dir() and not any(dest.iterdir()):
         dest.rmdir()
-    fetch.checkout(mirror, sha, dest, paths=paths)
+    fetch.checkout(mirror, sha, dest, paths=paths).close()
     return sha

@@ -7,15 +7,15 @@ surprise restores the tree to HEAD. A patch whose reverse applies is already ups
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 
+from build_kernel import process
 from build_kernel.errors import PatchError
 from build_kernel.series import PatchFile, Series
 
@@ -34,14 +34,24 @@ class PatchStatus:
         return asdict(self)
 
 
-def _git(tree: Path, *args: str, index: str | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def _git(tree: Path, *args: str, env: Mapping[str, str] | None = None, index: str | None = None,
+         check: bool = False) -> process.CompletedProcess[str]:
+    """git in `tree`, in `env` (None: this process's); `index`: a private index (needs `env`)."""
     if index:
-        env["GIT_INDEX_FILE"] = index
-    proc = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=False)
+        if env is None:
+            raise ValueError("a private index needs the environment to add GIT_INDEX_FILE to")
+        env = {**env, "GIT_INDEX_FILE": index}
+    proc = process.run(["git", "-C", tree, *args], error=PatchError, what=f"git {args[0]} in {tree}", env=env,
+                       check=False)
     if check and proc.returncode:
-        raise PatchError(f"git {' '.join(args)} failed in {tree}: {proc.stderr.strip()}")
+        raise PatchError(f"git {' '.join(args)} failed in {tree}: {_last(proc.stderr or proc.stdout)}")
     return proc
+
+
+def _last(output: str) -> str:
+    """The last non-empty line (git says what went wrong last)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
 
 
 def _apply_args(patch: PatchFile, subdir: str) -> list[str]:
@@ -63,7 +73,7 @@ def _parse_offsets(output: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _conflict_detail(tree: Path, patch: PatchFile, subdir: str, index: str, stderr: str) -> str:
+def _conflict_detail(tree: Path, patch: PatchFile, subdir: str, index: str, stderr: str, env: Mapping[str, str]) -> str:
     """Which file and hunk failed, and the first line that differs (expected vs found)."""
     m = re.search(r"patch failed: (.+):(\d+)", stderr)
     missing = re.search(r"error: (.+): (?:No such file or directory|does not exist in index)", stderr)
@@ -73,7 +83,7 @@ def _conflict_detail(tree: Path, patch: PatchFile, subdir: str, index: str, stde
         return stderr.strip().splitlines()[-1] if stderr.strip() else "git apply failed"
     failed_path = m.group(1)
     rel = failed_path[len(subdir) + 1:] if subdir and failed_path.startswith(subdir + "/") else failed_path
-    content = _git(tree, "show", f":{failed_path}", index=index).stdout.splitlines()
+    content = _git(tree, "show", f":{failed_path}", env=env, index=index).stdout.splitlines()
     for pfile in PatchSet(patch.path.read_text(errors="replace")):
         if pfile.path != rel:
             continue
@@ -101,34 +111,39 @@ def _find_block(content: list[str], block: list[str]) -> int | None:
     return None
 
 
-def check_series(tree: Path, series: Series, subdir: str = "") -> list[PatchStatus]:
-    """The state of every patch, applied in order to a private index (tree untouched)."""
+def check_series(tree: Path, series: Series, subdir: str = "", *, env: Mapping[str, str]) -> list[PatchStatus]:
+    """The state of every patch, applied in order to a private index (tree untouched).
+
+    `env`: the environment git runs in (the plan's), plus GIT_INDEX_FILE."""
     statuses = []
     with tempfile.TemporaryDirectory(prefix="bk-index-") as tmp:
         index = str(Path(tmp) / "index")
-        _git(tree, "read-tree", "HEAD", index=index, check=True)
+        _git(tree, "read-tree", "HEAD", env=env, index=index, check=True)
         for patch in series.patches:
             files = tuple(f.path for f in PatchSet(patch.path.read_text(errors="replace")))
-            forward = _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", "--check", str(patch.path), index=index)
+            forward = _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", "--check", str(patch.path), env=env,
+                           index=index)
             if forward.returncode == 0:
-                _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", str(patch.path), index=index, check=True)
+                _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", str(patch.path), env=env, index=index,
+                     check=True)
                 offsets = _parse_offsets(forward.stdout + forward.stderr)
                 statuses.append(PatchStatus(patch.name, OFFSET if offsets else APPLIES, offsets, files=files))
                 continue
-            reverse = _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", "--check", "-R", str(patch.path), index=index)
+            reverse = _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", "--check", "-R", str(patch.path),
+                           env=env, index=index)
             if reverse.returncode == 0:
                 statuses.append(PatchStatus(patch.name, UPSTREAM, detail="its reverse applies: drop it from the series", files=files))
                 continue
-            detail = _conflict_detail(tree, patch, subdir, index, forward.stderr)
+            detail = _conflict_detail(tree, patch, subdir, index, forward.stderr, env)
             statuses.append(PatchStatus(patch.name, CONFLICT, detail=detail, files=files))
     return statuses
 
 
-def apply_series(tree: Path, series: Series, subdir: str = "") -> list[PatchStatus]:
+def apply_series(tree: Path, series: Series, subdir: str = "", *, env: Mapping[str, str]) -> list[PatchStatus]:
     """Apply every patch or none; raise PatchError naming the first patch that cannot."""
-    if _git(tree, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+    if _git(tree, "status", "--porcelain", "--untracked-files=no", env=env).stdout.strip():
         raise PatchError(f"{tree} has uncommitted changes", hint="patches apply to a clean checkout only; use a fresh worktree")
-    statuses = check_series(tree, series, subdir)
+    statuses = check_series(tree, series, subdir, env=env)
     for status in statuses:
         if status.state == UPSTREAM:
             raise PatchError(f"{series.directory.name}/{status.name}: already upstream (its reverse applies)",
@@ -138,14 +153,14 @@ def apply_series(tree: Path, series: Series, subdir: str = "") -> list[PatchStat
                              hint=f"run `build-kernel patch check` and refresh the series in {series.directory}")
     try:
         for patch in series.patches:
-            _git(tree, *_apply_args(patch, subdir), check=True)
+            _git(tree, *_apply_args(patch, subdir), env=env, check=True)
     except PatchError:
-        restore(tree)
+        restore(tree, env=env)
         raise
     return statuses
 
 
-def restore(tree: Path) -> None:
+def restore(tree: Path, *, env: Mapping[str, str] | None = None) -> None:
     """Put the tree back to HEAD exactly (tracked files and anything patches created)."""
-    _git(tree, "checkout", "--quiet", "--", ".")
-    _git(tree, "clean", "-fdq")
+    _git(tree, "checkout", "--quiet", "--", ".", env=env)
+    _git(tree, "clean", "-fdq", env=env)

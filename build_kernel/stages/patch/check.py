@@ -4,13 +4,13 @@ edit loop (`patch worktree` -> edit -> commit -> `patch refresh`)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import git
 from unidiff import PatchSet
 
+from build_kernel import atomic, process
 from build_kernel.errors import PatchError
 from build_kernel.plan import Plan
 from build_kernel.series import write_lock
@@ -27,7 +27,7 @@ def _checkout(plan: Plan, commit: str | None, dest: Path, offline: bool) -> str:
     mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
                                       allow_floating=r.source.allow_floating or commit is not None,
                                       paths=r.source.paths, mirrors=plan.mirrors)
-    fetch.checkout(mirror, sha, dest, paths=r.source.paths)
+    fetch.checkout(mirror, sha, dest, paths=r.source.paths).close()
     return sha
 
 
@@ -36,7 +36,7 @@ def check(plan: Plan, *, commit: str | None = None, offline: bool = False) -> li
     with tempfile.TemporaryDirectory(prefix="bk-check-") as tmp:
         tree = Path(tmp) / "tree"
         _checkout(plan, commit, tree, offline)
-        return patches.check_series(tree, plan.series, plan.recipe.source.subdir)
+        return patches.check_series(tree, plan.series, plan.recipe.source.subdir, env=plan.env)
 
 
 def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
@@ -49,11 +49,12 @@ def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
         repo.git.checkout("--quiet", "-b", "series")
         subdir = plan.recipe.source.subdir
         for patch in plan.series.patches:
-            args = ["git", "-C", str(dest), "apply", "-p1", *( [f"--directory={subdir}"] if subdir else []), str(patch.path)]
-            proc = subprocess.run(args, capture_output=True, text=True, check=False)
+            args = ["git", "-C", str(dest), "apply", "-p1", *([f"--directory={subdir}"] if subdir else []), str(patch.path)]
+            proc = process.run(args, error=PatchError, what=f"applying {patch.name}", env=plan.env, check=False)
             if proc.returncode:
-                raise PatchError(f"{patch.name} does not apply: {proc.stderr.strip().splitlines()[-1]}",
-                                 hint="run `build-kernel patch check` first")
+                lines = (proc.stderr or proc.stdout).strip().splitlines()
+                why = lines[-1].strip() if lines else f"git apply exited {proc.returncode} and said nothing"
+                raise PatchError(f"{patch.name} does not apply: {why}", hint="run `build-kernel patch check` first")
             repo.git.add("--all")
             with repo.git.custom_environment(**_IDENTITY):
                 repo.git.commit("--quiet", "--no-gpg-sign", "-m", patch.name)
@@ -95,9 +96,7 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
         parent = commit.hexsha
     for patch, text in new_texts:
         if _hunks(text) != _hunks(patch.path.read_text()):
-            tmp = patch.path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(patch.path)
+            atomic.write_text(patch.path, text)
             changed.append(patch.name)
     write_lock(series.directory)
     return changed

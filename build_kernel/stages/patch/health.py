@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from build_kernel import log
+from build_kernel import atomic, log, process
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan
 from build_kernel.stages.fetch import remote as fetch
@@ -75,23 +74,22 @@ class Health:
         return sum(row.applies for row in self.rows)
 
 
-def _git(repo: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def _git(repo: Path, *args: str, env: Mapping[str, str], stdin: str | None = None,
+         check: bool = False) -> process.CompletedProcess[str]:
+    """git in `repo`, in `env` (the plan's); a failure with `check` is a one-line FetchError."""
     # Never a lazy fetch: the mirror is a partial clone, and what it lacks is fetched by fetch.ensure_commit.
-    env = {**os.environ, **fetch.NO_NETWORK}
-    return subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=env, check=False)
+    return process.run(["git", "-C", repo, *args], error=FetchError, what=f"git {args[0]} in {repo}",
+                       fix="delete the mirror from the cache and retry" if check else None,
+                       env={**env, **fetch.NO_NETWORK}, stdin=stdin, check=check)
 
 
-def _out(repo: Path, *args: str) -> str:
-    proc = _git(repo, *args)
-    if proc.returncode:
-        raise FetchError(f"git {args[0]} failed in {repo}: {proc.stderr.decode().strip()}",
-                         hint="delete the mirror from the cache and retry")
-    return proc.stdout.decode()
+def _out(repo: Path, *args: str, env: Mapping[str, str]) -> str:
+    return _git(repo, *args, env=env, check=True).stdout
 
 
-def _rev_parse(mirror: Path, ref: str) -> str | None:
-    proc = _git(mirror, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
-    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+def _rev_parse(mirror: Path, ref: str, env: Mapping[str, str]) -> str | None:
+    proc = _git(mirror, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", env=env)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True)
@@ -101,6 +99,10 @@ class _Fetcher:
     plan: Plan
     url: str
     offline: bool
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.plan.env
 
     def __call__(self, ref: str, paths: tuple[str, ...], *, floating: bool = False) -> tuple[Path, str]:
         return fetch.ensure_commit(self.url, ref, self.plan.cache_dir, offline=self.offline, allow_floating=floating,
@@ -121,12 +123,12 @@ def _until(get: _Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]
         also = "pass --until BRANCH|TAG|SHA"
         raise FetchError(f"the recipe's [source] ref {ref!r} (the default --until): {exc.message}",
                          hint=f"{exc.hint}, or {also}" if exc.hint else also) from exc
-    return mirror, _rev_parse(mirror, sha) or sha  # an annotated tag: its commit
+    return mirror, _rev_parse(mirror, sha, get.env) or sha  # an annotated tag: its commit
 
 
 def _since(get: _Fetcher, mirror: Path, since: str, pyproject: str) -> str:
     """`since` resolved in the mirror (a SHA, even abbreviated), else fetched as a ref."""
-    sha = _rev_parse(mirror, since)
+    sha = _rev_parse(mirror, since, get.env)
     if sha is not None:
         return sha
     try:
@@ -135,56 +137,70 @@ def _since(get: _Fetcher, mirror: Path, since: str, pyproject: str) -> str:
         hint = ("it is not in the cached mirror: run without --offline" if get.offline
                 else f"check the name (`git ls-remote {get.url}` lists branches and tags)")
         raise FetchError(f"--since {since} is not a commit, branch or tag of {get.url}", hint=hint) from exc
-    return _rev_parse(mirror, sha) or sha
+    return _rev_parse(mirror, sha, get.env) or sha
 
 
-def _cut(mirror: Path, until: str, since: str | None) -> str | None:
+def _cut(mirror: Path, until: str, since: str | None, env: Mapping[str, str]) -> str | None:
     """The commit where the walk's history ends early: a pin fetched alone (`--depth=1`) has no parents."""
     shallow = mirror / "shallow"
     if not shallow.is_file():
         return None
     cut = set(shallow.read_text().split())
-    walked = _out(mirror, "rev-list", "--first-parent", until, *([f"^{since}"] if since else [])).split()
+    walked = _out(mirror, "rev-list", "--first-parent", until, *([f"^{since}"] if since else []), env=env).split()
     return next((sha for sha in walked if sha in cut), None)
 
 
 def _ensure_history(get: _Fetcher, mirror: Path, until: str, since: str | None, pyproject: str) -> None:
-    if _cut(mirror, until, since) is None:
+    if _cut(mirror, until, since, get.env) is None:
         return
     if not get.offline:
         with contextlib.suppress(FetchError):  # reported below, as what it means for the walk
             get("HEAD", (pyproject,), floating=True)  # fetching a branch unshallows the whole mirror
-    cut = _cut(mirror, until, since)
+    cut = _cut(mirror, until, since, get.env)
     if cut is not None:
         raise FetchError(f"the cached mirror of {get.url} has no history before {cut[:12]} (a commit fetched alone)",
                          hint="run without --offline: that fetches the history" if get.offline
                          else "pass a branch or tag that has it as --until")
 
 
-def _blobs(mirror: Path, oids: list[str]) -> dict[str, bytes]:
-    """The contents of many blobs (all present) in one process."""
-    proc = _git(mirror, "cat-file", "--batch", input="".join(f"{o}\n" for o in oids).encode())
-    if proc.returncode:
-        raise FetchError(f"git cat-file failed in {mirror}: {proc.stderr.decode().strip()}",
-                         hint="delete the mirror from the cache and retry")
-    out, pos = proc.stdout, 0
-    found: dict[str, bytes] = {}
-    for oid in oids:
-        end = out.index(b"\n", pos)
+def _blobs(mirror: Path, oids: list[str], env: Mapping[str, str]) -> dict[str, str]:
+    """The contents of many blobs (all present) in one process, as text."""
+    if not oids:
+        return {}
+    try:
+        out = _git(mirror, "cat-file", "--batch", env=env, stdin="".join(f"{o}\n" for o in oids), check=True).stdout
+    except UnicodeDecodeError:  # a blob that is not UTF-8: read one by one, skip those
+        return _blobs_one_by_one(mirror, oids, env)
+    # Sizes count bytes, the text counts characters: a blob ends where the next header starts.
+    found: dict[str, str] = {}
+    pos = 0
+    for i, oid in enumerate(oids):
+        end = out.index("\n", pos)
         header = out[pos:end].split()
         pos = end + 1
-        if len(header) == 3:  # else "<oid> missing"
-            size = int(header[2])
-            found[oid] = out[pos:pos + size]
-            pos += size + 1
+        if len(header) != 3:  # "<oid> missing"
+            continue
+        stop = out.find(f"\n{oids[i + 1]} ", pos) if i + 1 < len(oids) else len(out) - 1
+        found[oid] = out[pos:stop]
+        pos = stop + 1
     return found
 
 
-def _version(blob: bytes | None) -> str | None:
+def _blobs_one_by_one(mirror: Path, oids: list[str], env: Mapping[str, str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for oid in oids:
+        with contextlib.suppress(UnicodeDecodeError):
+            proc = _git(mirror, "cat-file", "blob", oid, env=env)
+            if proc.returncode == 0:
+                found[oid] = proc.stdout
+    return found
+
+
+def _version(blob: str | None) -> str | None:
     if blob is None:
         return None
     try:
-        version = tomllib.loads(blob.decode("utf-8", errors="replace")).get("project", {}).get("version")
+        version = tomllib.loads(blob).get("project", {}).get("version")
     except tomllib.TOMLDecodeError:
         return None  # a broken pyproject.toml is no release
     return version if isinstance(version, str) else None
@@ -193,11 +209,12 @@ def _version(blob: bytes | None) -> str | None:
 _NULL = "0" * 40
 
 
-def _touching(mirror: Path, until: str, since: str | None, path: str) -> list[tuple[str, str, str, str]]:
+def _touching(mirror: Path, until: str, since: str | None, path: str,
+              env: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
     """(sha, date, blob before, blob after) of `path`, oldest first, for the first-parent commits that change it.
     Blob ids come from the trees, which a blob-less mirror has: no file is read yet."""
     out = _out(mirror, "log", "--first-parent", "--diff-merges=first-parent", "--reverse", "--raw", "--no-abbrev",
-               "--no-renames", "--format=%x00%H %cs", until, *([f"^{since}"] if since else []), "--", path)
+               "--no-renames", "--format=%x00%H %cs", until, *([f"^{since}"] if since else []), "--", path, env=env)
     found = []
     for record in out.split("\0")[1:]:
         head, _, raw = record.partition("\n")
@@ -214,7 +231,7 @@ def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
                     path: str) -> list[tuple[str, str, str]]:
     """(sha, date, version), oldest first, for the first-parent commits of `until` (after `since`)
     whose `[project] version` in `path` differs from their parent's."""
-    commits = _touching(mirror, until, since, path)
+    commits = _touching(mirror, until, since, path, get.env)
     holder: dict[str, str] = {}  # blob id -> a commit that has it at `path`, to fetch it through
     for sha, _date, old, new in commits:
         holder.setdefault(new, sha)
@@ -222,7 +239,7 @@ def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
     holder.pop(_NULL, None)
     with log.step(f"{path} of {len(holder)} commit(s)"):
         get.objects(list(holder))  # those not in the mirror yet, in one request
-    blobs = _blobs(mirror, list(holder))
+    blobs = _blobs(mirror, list(holder), get.env)
     found = []
     for sha, date, old, new in commits:
         version, before = _version(blobs.get(new)), _version(blobs.get(old))
@@ -248,11 +265,11 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
         for i, (sha, date, version) in enumerate(commits):
             get(sha, src.paths)  # the package's files at this commit, as `patch check` fetches them
             if i == 0:
-                fetch.checkout(mirror, sha, tree, paths=src.paths)
+                fetch.checkout(mirror, sha, tree, paths=src.paths).close()
             else:
                 # One scratch clone for the walk: check_series reads HEAD, so moving HEAD is all it needs.
-                _out(tree, "checkout", "--quiet", "--force", "--detach", sha)
-            statuses = tuple(patches.check_series(tree, plan.series, src.subdir))
+                _out(tree, "checkout", "--quiet", "--force", "--detach", sha, env=plan.env)
+            statuses = tuple(patches.check_series(tree, plan.series, src.subdir, env=plan.env))
             rows.append(Row(sha, date, version, statuses))
             log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
                      f"{'applies' if rows[-1].applies else 'does not apply'}")
@@ -262,12 +279,9 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
 def write(health: Health, path: Path) -> None:
     """The rows' records as JSON, replacing `path` only when complete."""
     text = json.dumps([row.record() for row in health.rows], indent=2) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic.write_text(path, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise PatchError(f"cannot write {path}: {exc.strerror}", hint="choose a writable path") from None
 
 

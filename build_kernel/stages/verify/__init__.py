@@ -1,1 +1,62 @@
-"""The verify stage."""
+"""Verify: device code per library (cubins), FP4 SASS, a clean-process import (checks),
+and the record beside the wheel that publish and serve require (report)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+from build_kernel import log
+from build_kernel.errors import VerifyError
+from build_kernel.stages import Context, Done
+from build_kernel.stages.verify import checks
+from build_kernel.stages.verify.report import RECORD_SUFFIX, Report
+
+
+def wheel_cuda_home(wheel: Path) -> str | None:
+    """The toolkit root the wheel was built with, from its provenance (for the driver stub)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.endswith(".dist-info/build_kernel_provenance.json")), None)
+        if name is None:
+            return None
+        home = json.loads(zf.read(name)).get("toolchain", {}).get("cuda_home")
+    return str(home) if home else None
+
+
+class VerifyStage:
+    """Verify every wheel on the context with the build environment's interpreter."""
+
+    name = "verify"
+
+    def __init__(self, *, gpu_check: str = "", recheck: bool = False, raise_on_failure: bool = True) -> None:
+        # raise_on_failure=False: the caller (`build-kernel verify`) shows the whole table first.
+        self.gpu_check, self.recheck, self.raise_on_failure = gpu_check, recheck, raise_on_failure
+        self.reports: list[Report] = []
+
+    def skip(self, ctx: Context) -> str | None:
+        return None if ctx.wheels or ctx.dry_run else "skipped: no wheel to verify"
+
+    def title(self, ctx: Context) -> str:
+        return f"verify {', '.join(w.name for w in ctx.wheels)}"
+
+    def run(self, ctx: Context) -> Done:
+        python = ctx.build_python()
+        reports = self.reports
+        for wheel in ctx.wheels:
+            cuda_home = ctx.build.cuda_home if ctx.build and ctx.build.wheel == wheel else wheel_cuda_home(wheel)
+            report = checks.verify(wheel, ctx.plan.recipe.verify, ctx.plan.archs, env=ctx.env, python=python,
+                                   gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck)
+            if report.from_record:
+                log.info(f"{wheel.name}: verified before with the same checks (record {wheel.name}{RECORD_SUFFIX}; "
+                         "--recheck runs them again)")
+            for warning in report.warnings:
+                log.warn(warning)
+            reports.append(report)
+        ctx.report = reports[-1]
+        failed = [r for r in reports if not r.passed]
+        if failed and self.raise_on_failure:
+            r = failed[0]
+            raise VerifyError(f"{r.wheel} failed verification: {'; '.join(r.failures)}",
+                              hint=f"see {r.wheel}{RECORD_SUFFIX} beside the wheel")
+        return Done("failed" if failed else "passed", reports[-1].to_dict() if len(reports) == 1 else {"reports": [r.to_dict() for r in reports]})

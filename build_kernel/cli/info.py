@@ -1,0 +1,146 @@
+"""Commands that only read: recipes, plan, doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from build_kernel import recipe, toolchain
+from build_kernel.cli.options import Options, emit, shared_options
+from build_kernel.errors import BuildKernelError
+from build_kernel.plan import Plan
+from build_kernel.resources import probe
+
+
+@click.group("recipes")
+def recipes_group() -> None:
+    """List and show recipes."""
+
+
+@recipes_group.command("list")
+@shared_options
+@click.pass_obj
+def recipes_list(opts: Options) -> None:
+    """The recipes in recipes/."""
+    rows: list[dict[str, Any]] = []
+    for name in recipe.list_recipes():
+        try:
+            r = recipe.load(name)
+            rows.append({"name": name, "description": r.description, "archs": [a.torch for a in r.build.arch],
+                         "commit": r.source.commit, "ok": True})
+        except BuildKernelError as exc:
+            rows.append({"name": name, "description": f"INVALID: {exc.render().splitlines()[0]}", "archs": [],
+                         "commit": "", "ok": False})
+    table = Table("recipe", "archs", "commit", "description")
+    for row in rows:
+        table.add_row(row["name"], " ".join(row["archs"]), row["commit"][:12], row["description"])
+    emit(opts, rows, table)
+
+
+@recipes_group.command("show")
+@click.argument("name")
+@shared_options
+@click.pass_obj
+def recipes_show(opts: Options, name: str) -> None:
+    """A recipe with inheritance resolved."""
+    r = recipe.load(name)
+    data = {"name": r.name, "path": str(r.path), "digest": r.digest, "recipe": r.raw}
+    emit(opts, data, json.dumps(data, indent=2, default=str))
+
+
+@recipes_group.command("reference")
+def recipes_reference() -> None:
+    """The recipe reference (Markdown), generated from the recipe model."""
+    click.echo(recipe.reference_markdown(), nl=False)
+
+
+def _toolkit(p: Plan) -> dict[str, str | None]:
+    """Which nvcc the build would use, and why, without installing anything."""
+    from build_kernel.stages.build import buildenv, toolkit
+
+    python = buildenv.python_for(p, dry_run=True)
+    exists = Path(python).exists()
+    return toolkit.describe(p, toolchain.detect(python if exists else sys.executable, p.env), python_exists=exists)
+
+
+@click.command("plan")
+@shared_options
+@click.pass_obj
+def plan_cmd(opts: Options) -> None:
+    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
+    p = opts.plan()
+    data = p.to_dict()
+    data["cuda_toolkit"] = _toolkit(p)
+    table = Table("key", "value", show_header=False)
+    table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
+    table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
+    for rw in p.remotes():
+        if rw.rewritten:
+            table.add_row("mirror", rw.describe())
+    for patch in p.series.patches:
+        table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
+    table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
+    table.add_row("jobs", p.jobs.derivation)
+    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
+        table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
+    table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
+    table.add_row("cache", str(p.cache_dir))
+    emit(opts, data, table)
+
+
+def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) -> Table:
+    res = data["resources"]
+    table = Table("tool", "found", show_header=False)
+    table.add_row("python", f"{facts.python_version} ({facts.python})")
+    table.add_row("git", facts.git or "MISSING")
+    table.add_row("cmake", f"{facts.cmake_version} ({facts.cmake})" if facts.cmake else "MISSING")
+    table.add_row("ninja", f"{facts.ninja_version} ({facts.ninja})" if facts.ninja else "MISSING")
+    table.add_row("g++", f"{facts.gcc_version} ({facts.gcc})" if facts.gcc else "MISSING")
+    table.add_row("nvcc", f"CUDA {facts.nvcc_version} ({facts.nvcc}, root {facts.cuda_home})" if facts.nvcc else "MISSING")
+    table.add_row("nvcc archs", " ".join(f"sm_{a}" for a in facts.nvcc_archs) or "-")
+    table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
+    table.add_row("cpus", f"{res['cpus']} ({res['cpus_why']})")
+    table.add_row("memory", f"{res['memory_gb']:.1f} GB ({res['memory_why']})")
+    for rw in p.remotes() if p else []:
+        if rw.rewritten:
+            table.add_row("mirror", rw.describe())
+    if "cuda_toolkit" in data:
+        table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
+    for problem in data.get("problems", []):
+        table.add_row("[red]problem[/]", problem)
+    return table
+
+
+@click.command("doctor")
+@shared_options
+@click.pass_obj
+def doctor_cmd(opts: Options) -> None:
+    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits."""
+    from build_kernel.stages.build import toolkit
+
+    facts = toolchain.detect(sys.executable, opts.env)
+    res = probe()
+    data: dict[str, Any] = {"tools": facts.to_dict(), "resources": {
+        "cpus": res.cpus, "cpus_why": res.cpus_why, "memory_gb": round(res.memory_gb, 2), "memory_why": res.memory_why}}
+    p = opts.plan() if opts.recipe else None
+    if p is not None:
+        data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
+                                               want_cuda=p.recipe.toolchain.cuda)
+        data["cuda_toolkit"] = toolkit.describe(p, facts)
+        if data["cuda_toolkit"]["source"] == "none":
+            data["problems"].append(data["cuda_toolkit"]["why"])
+        elif data["cuda_toolkit"]["source"] == "wheels":
+            # The wheels replace the system nvcc: its problems are not the build's.
+            data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
+        data["mirrors"] = [rw.to_dict() for rw in p.remotes() if rw.rewritten]
+    emit(opts, data, _doctor_table(facts, data, p))
+    if data.get("problems"):
+        sys.exit(3)
+
+
+COMMANDS = (recipes_group, plan_cmd, doctor_cmd)

@@ -1,0 +1,94 @@
+"""The options every command shares, and how results are printed (JSON or a table)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from build_kernel import log, recipe
+from build_kernel.plan import Plan, environment, resolve
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Options:
+    """The shared options of one run: set by the group and by the command (the later wins)."""
+
+    recipe: str | None = None
+    arch: str | None = None
+    jobs: int | None = None
+    cache_dir: Path | None = None
+    output_dir: Path | None = None
+    json: bool = False
+    debug: bool = False
+    env: dict[str, str] = field(default_factory=environment)
+
+    def plan(self) -> Plan:
+        if not self.recipe:
+            raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
+        return resolve(recipe.load(self.recipe), env=self.env, arch=self.arch, jobs=self.jobs,
+                       cache_dir=self.cache_dir, output_dir=self.output_dir)
+
+
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Put a shared option on the run's Options, unless it was not given at this level."""
+    if value is None or value is False:
+        return
+    assert param.name is not None
+    setattr(ctx.ensure_object(Options), param.name, value)
+
+
+_SHARED: tuple[Callable[[F], F], ...] = (
+    click.option("--recipe", "-r", metavar="NAME|PATH", callback=_store, expose_value=False,
+                 help="Recipe: a name in recipes/ or a .toml path."),
+    click.option("--arch", metavar="LIST", callback=_store, expose_value=False,
+                 help="Arch list, e.g. 12.0a (overrides ARCH and the recipe)."),
+    click.option("--jobs", "-j", type=int, callback=_store, expose_value=False,
+                 help="Compile jobs (overrides MAX_JOBS and the recipe)."),
+    click.option("--cache-dir", type=click.Path(path_type=Path), callback=_store, expose_value=False,
+                 help="Cache folder (default: $BUILD_KERNEL_CACHE_DIR or ~/.cache/build-kernel)."),
+    click.option("--output-dir", type=click.Path(path_type=Path), callback=_store, expose_value=False,
+                 help="Where wheels go (default: $BUILD_KERNEL_OUTPUT_DIR or wheels/)."),
+    click.option("--json", is_flag=True, callback=_store, expose_value=False, help="Machine-readable output on stdout."),
+    click.option("--debug", is_flag=True, callback=_store, expose_value=False, help="Show tracebacks."),
+)
+
+
+def shared_options(command: F) -> F:
+    """The shared options, on the group and on every command."""
+    for option in reversed(_SHARED):
+        command = option(command)
+    return command
+
+
+offline_option = click.option("--offline", is_flag=True, help="Use only what is cached; never touch the network.")
+
+
+def emit(opts: Options, data: Any, human: Any) -> None:
+    """JSON on stdout for scripts, or the human rendering."""
+    if opts.json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif isinstance(human, str):
+        click.echo(human)
+    else:
+        log.console.file = sys.stdout
+        try:
+            log.console.print(human)
+        finally:
+            log.console.file = sys.stderr
+
+
+def newest_wheel(p: Plan) -> Path:
+    """The recipe's most recent wheel in the output folder (what `build` just made)."""
+    candidates = sorted(p.output_dir.glob("*.whl"), key=lambda w: w.stat().st_mtime)
+    if not candidates:
+        raise click.UsageError(f"no wheel in {p.output_dir}: build one first (build-kernel build --recipe "
+                               f"{p.recipe.name}) or pass WHEEL")
+    return candidates[-1]

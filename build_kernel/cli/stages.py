@@ -1,0 +1,119 @@
+"""Stage commands: fetch, build, verify, publish — each runs the pipeline's own stage objects."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from build_kernel import log, stages
+from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.stages.build import BuildStage
+from build_kernel.stages.fetch import FetchStage
+from build_kernel.stages.patch import PatchStage
+from build_kernel.stages.verify import VerifyStage
+from build_kernel.stages.verify.report import Report
+
+
+@click.command("fetch")
+@shared_options
+@offline_option
+@click.pass_obj
+def fetch_cmd(opts: Options, offline: bool) -> None:
+    """Fetch the pinned source and apply the patch series (cached by commit + series)."""
+    ctx = stages.run(stages.Context(opts.plan(), offline=offline), [FetchStage(), PatchStage()])
+    tree = ctx.tree
+    assert tree is not None
+    data = {"tree": str(tree.root), "project": str(tree.project), "commit": tree.commit, "cached": tree.cached,
+            "patches": [s.to_dict() for s in tree.patches], "defines": tree.fetchcontent_defines()}
+    emit(opts, data, f"{tree.project}  ({'cached' if tree.cached else 'new'}, {len(tree.patches)} patches)")
+
+
+@click.command("build")
+@shared_options
+@offline_option
+@click.option("--force", is_flag=True, help="Rebuild even on a cache hit.")
+@click.pass_obj
+def build_cmd(opts: Options, offline: bool, force: bool) -> None:
+    """Fetch, patch and build the wheel (cached by every input)."""
+    ctx = stages.run(stages.Context(opts.plan(), offline=offline, force=force),
+                     [FetchStage(), PatchStage(), BuildStage()])
+    result = ctx.build
+    assert result is not None
+    emit(opts, result.to_dict(), f"{result.wheel}  ({'cache hit' if result.cached else 'built'}, {result.version})")
+
+
+def _report_table(report: Report) -> Table:
+    table = Table("check", "result")
+    for lib in report.libraries:
+        table.add_row(lib.path, f"archs {' '.join(lib.archs)}; missing {' '.join(lib.missing) or '-'}; "
+                                f"extra {' '.join(lib.extra) or '-'}")
+        if lib.fp4_matches is not None:
+            table.add_row("  FP4 SASS", ", ".join(f"{k} x{v}" for k, v in lib.fp4_matches.items()) or "-")
+    for name, outcome in report.imports.items():
+        table.add_row(f"import {name}", outcome)
+    table.add_row("ops", f"found {len(report.ops_found)}, missing {', '.join(report.ops_missing) or 'none'}")
+    table.add_row("gpu", json.dumps(report.gpu) if report.gpu else "not requested")
+    for w in report.warnings:
+        table.add_row("[yellow]warning[/]", w)
+    for f in report.failures:
+        table.add_row("[red]FAIL[/]", f)
+    verdict = "[green]passed[/]" if report.passed else "[red]failed[/]"
+    table.add_row("result", f"{verdict} (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
+    return table
+
+
+@click.command("verify")
+@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@shared_options
+@click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="GPU check to run when a GPU of a built arch is present.")
+@click.option("--recheck", is_flag=True, help="Run the checks even when the wheel's record already matches.")
+@click.pass_obj
+def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool) -> None:
+    """Check a wheel: cubin archs, FP4 SASS, clean import, ops, GPU run (with the build env's python)."""
+    p = opts.plan()
+    stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False)
+    ctx = stages.Context(p, wheels=[wheel or newest_wheel(p)])
+    stages.run(ctx, [stage])
+    report = stage.reports[0]
+    emit(opts, report.to_dict(), _report_table(report))
+    if not report.passed:
+        sys.exit(7)
+
+
+@click.command("publish")
+@click.argument("wheels", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@shared_options
+@click.option("--to", "to", metavar="NAME|URL|PATH",
+              help="Index name ([publish.targets], indexes.toml or ~/.pypirc), upload URL, or static folder "
+                   "(default: the recipe's [publish] target).")
+@click.option("--install-url", metavar="URL", help="Simple URL to install back from (default: <upload URL>/simple/).")
+@click.option("--skip-existing", is_flag=True, help="A file already on the index is skipped (still installed back).")
+@click.option("--force", is_flag=True, help="Publish even without a passing verification record (loud warning).")
+@click.pass_obj
+def publish_cmd(opts: Options, wheels: tuple[Path, ...], to: str | None, install_url: str | None,
+                skip_existing: bool, force: bool) -> None:
+    """Upload verified wheels to an index or a static folder, then install them back and import them."""
+    from build_kernel.stages import publish
+    from build_kernel.stages.publish.stage import PublishStage
+
+    if not opts.recipe:
+        if not wheels:
+            raise click.UsageError("nothing to publish: pass WHEEL… or --recipe NAME")
+        # No recipe: this interpreter installs back, and the wheels' own top-level modules are imported.
+        target = publish.resolve_target(to, None, env=opts.env, install_url=install_url, recipe_root=None)
+        with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
+            result = publish.publish(list(wheels), target, skip_existing=skip_existing, force=force,
+                                     import_modules=None, python=sys.executable, env=opts.env, log_path=None)
+        emit(opts, result.to_dict(), publish.render(result))
+        return
+    p = opts.plan()
+    stage = PublishStage(to=to, install_url=install_url, skip_existing=skip_existing, force=force, in_pipeline=False)
+    stages.run(stages.Context(p, wheels=list(wheels) or [newest_wheel(p)]), [stage])
+    emit(opts, stage.result.to_dict(), publish.render(stage.result))
+
+
+COMMANDS = (fetch_cmd, build_cmd, verify_cmd, publish_cmd)

@@ -1,0 +1,117 @@
+"""Run the wheel build: progress from ninja's `[N/M]` lines, and resume after an OOM kill.
+
+The build runs in a persistent CMake folder, so when the kernel's OOM killer takes a
+compile the same command runs again with half the jobs and ninja rebuilds only what is
+missing. Any other failure becomes one line: the first real error of the output.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from build_kernel import log, process
+from build_kernel.errors import BuildError
+
+# What a compile killed by the kernel's OOM killer leaves in the log.
+OOM_PATTERNS = (
+    re.compile(r"Killed signal terminated program (\S+)"),
+    re.compile(r"'(cicc|ptxas|cudafe\+\+|nvlink|fatbinary)' died due to signal 9"),
+    re.compile(r"died due to signal 9 \(Kill signal\)"),
+    re.compile(r"internal compiler error: Killed"),
+)
+NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+ERROR_LINE = re.compile(r"(error:|error :|fatal error|CMake Error|Error:|nvcc fatal)", re.IGNORECASE)
+# No bar in a log file (CI): a line at most this often, and the last step.
+PLAIN_PROGRESS_EVERY_S = 15.0
+
+
+def oom_killed(output: str) -> str | None:
+    for pattern in OOM_PATTERNS:
+        m = pattern.search(output)
+        if m:
+            return m.group(0)
+    return None
+
+
+def first_error(output: str) -> str:
+    """The first real error line; CMake puts the reason on the lines after `CMake Error at`."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if ERROR_LINE.search(line) and "warning" not in line.lower():
+            if line.lstrip().startswith("CMake Error"):
+                reason = " ".join(l.strip() for l in lines[i + 1:i + 4] if l.strip())
+                return f"{line.strip()} {reason}".strip()
+            return line.strip()
+    rest = [l for l in lines if l.strip()]
+    return rest[-1].strip() if rest else "(no output)"
+
+
+def _with_progress(cmd: Sequence[str | Path], env: Mapping[str, str], cwd: Path, log_path: Path,
+                   jobs: int) -> process.Streamed:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    tty = log.console.is_terminal
+    with Progress(TextColumn(f"compiling ({jobs} jobs)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("eta"), TimeRemainingColumn(), console=log.console, transient=True,
+                  disable=not tty) as progress:
+        task = progress.add_task("compile", total=None)
+        start, last_said = time.monotonic(), [0.0]
+
+        def on_line(line: str) -> None:
+            m = NINJA_PROGRESS.match(line)
+            if m:
+                done, total = int(m.group(1)), int(m.group(2))
+                progress.update(task, completed=done, total=total)
+                now = time.monotonic()
+                if not tty and (now - last_said[0] >= PLAIN_PROGRESS_EVERY_S or done == total):
+                    last_said[0] = now
+                    log.info(f"  [{done}/{total}] {now - start:.0f} s")
+            elif not tty and line.startswith(("FAILED", "ninja:")):
+                log.info(line.rstrip())
+
+        return process.stream(cmd, on_line=on_line, error=BuildError, what="building the wheel",
+                              fix="install the build frontend (`build`) in the build environment",
+                              cwd=cwd, env=env, log=log_path)
+
+
+@dataclass
+class Attempts:
+    jobs: list[int] = field(default_factory=list)
+    oom_kills: int = 0
+
+
+def build_with_retries(cmd: Sequence[str | Path], env_for: Callable[[int], Mapping[str, str]], *, cwd: Path,
+                       log_path: Path, jobs: int, max_oom_retries: int) -> Attempts:
+    """Run until it succeeds, halving the jobs after each OOM kill; raise BuildError otherwise."""
+    attempts = Attempts()
+    while True:
+        attempts.jobs.append(jobs)
+        result = _with_progress(cmd, env_for(jobs), cwd, log_path, jobs)
+        if result.returncode == 0:
+            return attempts
+        killed = oom_killed(result.output)
+        if killed and attempts.oom_kills < max_oom_retries and jobs > 1:
+            attempts.oom_kills += 1
+            jobs = max(1, jobs // 2)
+            message = (f"OOM kill detected ({killed}): resuming in the same build folder with {jobs} job(s) "
+                       f"(retry {attempts.oom_kills}/{max_oom_retries})")
+            log.warn(message)
+            with log_path.open("a") as fh:
+                fh.write(f"# {message}\n")
+            continue
+        if killed:
+            raise BuildError(f"compile OOM-killed ({killed}) even with {jobs} job(s); full log: {log_path}",
+                             hint="free memory, lower [build] nvcc_threads, or build fewer archs")
+        raise BuildError(f"build failed: {first_error(result.output)}; full log: {log_path}",
+                         hint="fix the error above (the patch series or toolchain), then run again")

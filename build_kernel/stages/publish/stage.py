@@ -1,0 +1,37 @@
+"""The publish stage: the context's wheels to the recipe's (or the command line's) target."""
+
+from __future__ import annotations
+
+from build_kernel.stages import Context, Done
+
+
+class PublishStage:
+    name = "publish"
+
+    def __init__(self, *, to: str | None = None, install_url: str | None = None, skip_existing: bool = False,
+                 force: bool = False, in_pipeline: bool = True) -> None:
+        # In the pipeline, publishing happens only when the recipe names a target.
+        self.to, self.install_url, self.skip_existing, self.force = to, install_url, skip_existing, force
+        self.in_pipeline = in_pipeline
+        self.target_label = ""
+
+    def skip(self, ctx: Context) -> str | None:
+        if self.in_pipeline and not self.to and not ctx.plan.recipe.publish.target:
+            return "skipped: the recipe has no [publish] target"
+        return None if ctx.wheels or ctx.dry_run else "skipped: no wheel to publish"
+
+    def title(self, ctx: Context) -> str:
+        return f"publish {len(ctx.wheels)} wheel(s)"
+
+    def run(self, ctx: Context) -> Done:
+        from build_kernel.stages import publish
+
+        p = ctx.plan
+        target = publish.resolve_target(self.to, p.recipe.publish, env=ctx.env, install_url=self.install_url,
+                                        recipe_root=p.recipe.root)
+        self.target_label = target.label
+        result = publish.publish(list(ctx.wheels), target, skip_existing=self.skip_existing, force=self.force,
+                                 import_modules=p.recipe.verify.import_modules, python=ctx.build_python(),
+                                 env=ctx.env, log_path=p.cache_dir / "logs" / f"publish-{p.recipe.name}.log")
+        self.result = result
+        return Done("done", result.to_dict())

@@ -1,0 +1,104 @@
+"""The command line as README documents it: shared options before or after the command,
+every command's --help, and every command line README shows (fast: nothing compiles)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from build_kernel.cli import cli
+from tests.conftest import REPO_ROOT, run_cli
+
+SHARED = ("--recipe", "--arch", "--jobs", "--cache-dir", "--output-dir", "--json", "--debug")
+# README's placeholders, as a user would fill them in here.
+FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "7028970a64f2f9eab057f9ea863ddc7a95439f3d",
+        "REF": "main", "FILE": "/tmp/bk-readme-health.json", "NAME|URL|DIR": "/tmp/bk-readme-index",
+        "NAME|URL|PATH": "/tmp/bk-readme-index", "DIR": "patches/minikernel/v1", "DEST": "/tmp/bk-readme-wt"}
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    for name, command in group.commands.items():
+        yield (*prefix, name), command
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+
+
+def test_shared_options_work_before_and_after_the_command(tmp_path: Path) -> None:
+    after = run_cli("plan", "--recipe", "demo", "--json", "--arch", "9.0a,12.0a", "--jobs", "3",
+                    "--cache-dir", str(tmp_path / "c"))
+    before = run_cli("--json", "--arch", "9.0a,12.0a", "--jobs", "3", "--cache-dir", str(tmp_path / "c"),
+                     "plan", "--recipe", "demo")
+    assert after.returncode == 0 and before.returncode == 0, after.stderr + before.stderr
+    a, b = json.loads(after.stdout), json.loads(before.stdout)
+    assert a["archs"]["list"] == b["archs"]["list"] == ["9.0a", "12.0a"]
+    assert a["jobs"]["jobs"] == b["jobs"]["jobs"] == 3 and a["cache_dir"] == b["cache_dir"] == str(tmp_path / "c")
+    assert a["archs"]["source"] == "command line"
+
+
+def test_an_option_given_after_the_command_wins() -> None:
+    proc = run_cli("--arch", "9.0a", "plan", "--json", "--recipe", "demo", "--arch", "12.0a")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["archs"]["list"] == ["12.0a"]
+
+
+@pytest.mark.parametrize("path", [p for p, _ in _commands(cli)], ids=" ".join)
+def test_every_command_help_lists_the_shared_options(path: tuple[str, ...]) -> None:
+    command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]  # type: ignore[assignment]
+    if isinstance(command, click.Group) or path == ("recipes", "reference"):
+        pytest.skip("a group (its commands are checked) or a command without options")
+    result = CliRunner().invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    missing = [o for o in SHARED if o not in result.output]
+    assert not missing, f"{' '.join(path)} --help lacks {missing}"
+
+
+def readme_command_lines() -> list[str]:
+    """Every `build-kernel …` line in README's code blocks and command table, placeholders filled."""
+    text = (REPO_ROOT / "README.md").read_text()
+    lines: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines += [l.split("#")[0].strip() for l in block.splitlines() if l.strip().startswith("build-kernel")]
+    commands = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    for row in re.findall(r"^\| (.+?) \| [^|`]", commands, re.M):
+        for cell in re.findall(r"`([^`]+)`", row):
+            lines.append(cell if cell.startswith("build-kernel") else f"build-kernel {cell}")
+    return [_fill(line) for line in lines]
+
+
+def _fill(line: str) -> str:
+    line = re.sub(r"\[(-[^\]]+)\]", r"\1", line)          # an optional flag: give it
+    line = re.sub(r"\s*\[[A-Z][A-Z.…]*\]", "", line)       # an optional positional: leave it out
+    line = re.sub(r"\s[A-Z][A-Z…]*…", "", line)           # WHEEL…: none
+    words = [FILL.get(w, w) for w in shlex.split(line.replace("|", "\\|").replace("NAME\\|URL\\|", "NAME|URL|"))]
+    words = [FILL.get(w.replace("\\", ""), w.replace("\\", "")) for w in words]
+    return shlex.join(words)
+
+
+def test_readme_shows_commands_and_each_parses() -> None:
+    lines = readme_command_lines()
+    assert len(lines) >= 15 and any(" plan " in f" {l} " for l in lines)
+    for line in lines:
+        # Click parses every token (an unknown option is an error) before the eager --help answers.
+        result = CliRunner().invoke(cli, [*shlex.split(line)[1:], "--help"])
+        assert result.exit_code == 0, f"README line does not parse: {line}: {result.output}"
+
+
+@pytest.mark.parametrize("line", [l for l in readme_command_lines()
+                                  if re.match(r"build-kernel (recipes|plan|doctor)\b", l)])
+def test_readme_read_only_commands_run(line: str) -> None:
+    """The commands that only read run for real, on the demo recipe where README names one."""
+    argv = shlex.split(line)[1:]
+    proc = run_cli(*[("demo" if a == "nightly-cu130" and "--json" not in argv else a) for a in argv])
+    # doctor exits 3 when this machine lacks something the recipe needs: that is its answer.
+    assert proc.returncode in ((0, 3) if "doctor" in argv else (0,)), proc.stderr
+    assert "Traceback" not in proc.stderr and "No such option" not in proc.stderr

@@ -1,0 +1,58 @@
+"""The whole pipeline through the CLI with --json: every stage's outcome, on the miniature."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
+
+PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+
+
+def _project(project: Path, index: Path) -> Path:
+    copy_series(project, PATCHES, "v1")
+    return write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{index}"\n')
+
+
+def test_dry_run_says_what_would_run_and_touches_nothing(project: Path, tmp_path: Path) -> None:
+    recipe = _project(project, tmp_path / "index")
+    cache = tmp_path / "cache"
+    proc = run_cli("--recipe", str(recipe), "--dry-run", "--json", "--cache-dir", str(cache))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["dry_run"] and summary["plan"]["source"]["commit"] == summary["plan"]["source"]["commit"]
+    statuses = {name: info["status"] for name, info in summary["stages"].items()}
+    assert statuses == {"fetch": "planned", "patch": "planned", "build": "planned", "verify": "planned",
+                        "publish": "planned", "serve": "not in this version of build-kernel"}
+    assert not cache.exists() and not (tmp_path / "index").exists()
+
+
+@pytest.mark.slow
+def test_whole_pipeline_json_then_again_from_the_caches(demo_build: DemoBuild, project: Path, tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    recipe = _project(project, index)
+    args = ("--recipe", str(recipe), "--arch", "12.0a", "--json", "--cache-dir", str(demo_build.cache))
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    stages = summary["stages"]
+    assert list(stages) == ["fetch", "patch", "build", "verify", "publish", "serve"]
+    # [publish] is not a build input: the session's wheel is a cache hit for this recipe too.
+    assert stages["fetch"]["status"] == "cached" and stages["build"]["status"] == "cached"
+    assert stages["build"]["wheel"] == summary["wheel"] and Path(summary["wheel"]).parent == project / "wheels"
+    assert stages["verify"]["status"] == "passed" and not stages["verify"]["from_record"]
+    assert stages["verify"]["libraries"][0]["fp4_matches"]
+    assert stages["publish"]["status"] == "done" and (index / Path(summary["wheel"]).name).is_file()
+    assert stages["serve"]["status"] == "not in this version of build-kernel"
+    # Again (offline; a new index, as the first one has this version now): verify answers from its record.
+    write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{tmp_path / "index2"}"\n')
+    again = run_cli(*args, "--offline")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["stages"]["verify"]["from_record"] and "--recheck runs them again" in again.stderr
+    write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{tmp_path / "index3"}"\n')
+    rechecked = run_cli(*args, "--offline", "--recheck")
+    assert rechecked.returncode == 0, rechecked.stderr
+    assert not json.loads(rechecked.stdout)["stages"]["verify"]["from_record"]
