@@ -36,7 +36,7 @@ lint: venv
 	$(BIN)/mypy build_kernel
 
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not network" $(PYTEST_ARGS)
 
 demo: venv
 	$(BIN)/build-kernel $(ARCH_FLAG) --recipe demo

@@ -146,10 +146,11 @@ def stream(
             raise _not_found(error, what, argv[0], fix) from None
         assert proc.stdout is not None
         try:
-            for line in proc.stdout:
-                fh.write(line)
-                chunks.append(line)
-                on_line(line)
+            with proc.stdout:
+                for line in proc.stdout:
+                    fh.write(line)
+                    chunks.append(line)
+                    on_line(line)
             code = proc.wait()
         except BaseException:
             # Ctrl-C or a failing callback: the child does not outlive us.

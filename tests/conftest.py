@@ -123,3 +123,13 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> DemoBuild:
     [wheel] = list(out.glob("*.whl"))
     output = built.stdout + built.stderr + verified.stdout + verified.stderr
     return DemoBuild(cache, out, wheel, time.monotonic() - start, output)
+
+
+# Fixtures that download from PyPI: a test using one is a `network` test, whatever its file.
+NETWORK_FIXTURES = {"toolkit_cache"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if NETWORK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.network)

@@ -14,11 +14,11 @@ from build_kernel.plan import resolve
 from build_kernel.stages.build import buildenv
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, write_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 
 def test_env_per_torch_spec_is_made_once_and_pins_torch(project: Path, tmp_path: Path) -> None:
-    # torch 2.13.0 (a CPU build) lies on this machine's disk: a real install, no CUDA download.
+    # torch 2.13.0, a CPU build: from the local wheel folder where pip is configured with one, else PyPI.
     copy_series(project, sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch")), "v1")
     write_recipe(project, "r", demo_recipe_text().replace('torch = "existing"', 'torch = "2.13.0"'))
     plan = resolve(recipe.load("r", project), env={}, cache_dir=tmp_path / "cache")

@@ -10,13 +10,12 @@ enforces that).
 
 Every mutation of a mirror happens under a file lock; checkouts are made in a temporary
 folder and renamed into place only when complete, so an interrupted run leaves nothing
-a later run would trust. Checkouts borrow the mirror's objects (alternates) and are
-partial clones of upstream themselves, so git never needs the blobs outside their paths.
+a later run would trust. The mirror itself (where it lives, how it is made, local queries,
+checkouts) is in mirror.py; `checkout` and `NO_NETWORK` are importable from here too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import tempfile
@@ -26,10 +25,13 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from build_kernel import atomic, examples
+from build_kernel import examples
 from build_kernel.errors import FetchError
 from build_kernel.mirrors import Mirrors, Rewrite, is_url
 from build_kernel.recipe import SHA_RE
+from build_kernel.stages.fetch import mirror
+from build_kernel.stages.fetch.mirror import NO_NETWORK as NO_NETWORK
+from build_kernel.stages.fetch.mirror import checkout as checkout
 
 MARKER = ".build-kernel.json"
 PIN_REF = "refs/build-kernel/pins/"
@@ -40,14 +42,6 @@ FLOATING_REF = "refs/build-kernel/refs/"
 _ALL_HISTORY = "--depth=2147483647"
 # Messages of servers that refuse a want by SHA (unadvertised object).
 _REFUSED = ("not our ref", "unadvertised object", "allow request for unadvertised")
-# For git that must never reach a remote: in a partial clone a missing object would otherwise
-# be fetched lazily (and `--offline` must mean offline).
-NO_NETWORK = {"GIT_ALLOW_PROTOCOL": "none"}
-
-
-def _slug(url: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").split("/")[-1].removesuffix(".git"))
-    return f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
 
 
 def resolve_url(repo: str, cache_dir: Path, base: Path | None = None) -> str:
@@ -77,48 +71,9 @@ def _where(rw: Rewrite) -> str:
     return f"mirror {rw.fetch_url} (for {rw.url}, set in {rw.rule.origin})" if rw.rule else rw.url
 
 
-def _mirror_path(cache_dir: Path, url: str) -> Path:
-    return cache_dir / "mirrors" / f"{_slug(url)}.git"
-
-
 def _refused(exc: git.GitCommandError) -> bool:
     """The server refused to serve an object by id (not a network or URL problem)."""
     return any(s in str(exc.stderr) for s in _REFUSED)
-
-
-def _make_partial(repo: git.Repo, origin: str, *, blob_filter: str = "") -> None:
-    """Mark `repo` a partial clone of `origin`: objects it lacks are promised, not an error;
-    `blob_filter` is the default filter of later fetches."""
-    with repo.config_writer() as cfg:
-        cfg.set_value("core", "repositoryformatversion", "1")
-        cfg.set_value("extensions", "partialClone", "origin")
-        cfg.set_value('remote "origin"', "url", origin)
-        cfg.set_value('remote "origin"', "promisor", "true")
-        if blob_filter:
-            cfg.set_value('remote "origin"', "partialclonefilter", blob_filter)
-
-
-def _init_mirror(path: Path) -> None:
-    """An empty bare repository that may lack blobs (a partial clone of `origin`)."""
-    with atomic.folder(path) as tmp:
-        _make_partial(git.Repo.init(tmp, bare=True), "unset", blob_filter="blob:none")
-
-
-def _local(repo: git.Repo, *args: str) -> str:
-    """git in the mirror that never reaches a remote (NO_NETWORK)."""
-    return str(repo.git.execute(["git", "--git-dir", repo.git_dir, *args], env=NO_NETWORK))
-
-
-def _has_commit(repo: git.Repo, sha: str) -> bool:
-    try:
-        _local(repo, "cat-file", "-e", f"{sha}^{{commit}}")
-        return True
-    except git.GitCommandError:
-        return False
-
-
-def _is_shallow(repo: git.Repo) -> bool:
-    return (Path(repo.git_dir) / "shallow").is_file()
 
 
 def _needed_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
@@ -133,9 +88,9 @@ def _needed_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
             parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
         meta = [f"{d}/{name}" if d else name for d in parents for name in (".gitignore", ".gitattributes")]
         meta.append(".gitmodules")  # where a dependency's submodules come from
-        listing = _local(repo, "ls-tree", "-r", "--full-tree", sha, "--", *spec, *meta)
+        listing = mirror.local(repo, "ls-tree", "-r", "--full-tree", sha, "--", *spec, *meta)
     else:
-        listing = _local(repo, "ls-tree", "-r", "--full-tree", sha)
+        listing = mirror.local(repo, "ls-tree", "-r", "--full-tree", sha)
     for line in listing.splitlines():
         info, _, _ = line.partition("\t")
         _mode, kind, oid = info.split()
@@ -146,7 +101,7 @@ def _needed_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
 
 def _missing_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
     # --missing=print lists absent objects without fetching them.
-    listing = _local(repo, "rev-list", "--objects", "--missing=print", "--no-walk", sha)
+    listing = mirror.local(repo, "rev-list", "--objects", "--missing=print", "--no-walk", sha)
     missing = {line[1:].split()[0] for line in listing.splitlines() if line.startswith("?")}
     return missing & _needed_blobs(repo, sha, paths) if missing else set()
 
@@ -170,7 +125,7 @@ _FALLBACK_REFS = {_H: ("refs/heads/", ""), _T: ("refs/tags/", ""), _P: ("refs/pu
 
 def _containing_ref(repo: git.Repo, sha: str) -> tuple[str, str] | None:
     """(server ref, our ref) of a fallback-fetched ref that holds `sha`."""
-    for ours in _local(repo, "for-each-ref", "--contains", sha, "--format=%(refname)").split():
+    for ours in mirror.local(repo, "for-each-ref", "--contains", sha, "--format=%(refname)").split():
         for prefix, (theirs, suffix) in _FALLBACK_REFS.items():
             if ours.startswith(prefix):
                 return theirs + ours[len(prefix):] + suffix, ours
@@ -202,7 +157,7 @@ def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
             _fetch(repo, _ALL_HISTORY, "origin", *refspecs)
         except git.GitCommandError:
             continue  # e.g. a server with no pull-request refs at all
-        if _has_commit(repo, sha):
+        if mirror.has_commit(repo, sha):
             repo.git.update_ref(PIN_REF + sha, sha)
             return
 
@@ -213,7 +168,7 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from.
     A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
     rw = (mirrors or Mirrors()).rewrite(url)
-    path = _mirror_path(cache_dir, url)
+    path = mirror.path_for(cache_dir, url)
     path.parent.mkdir(parents=True, exist_ok=True)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
@@ -224,7 +179,7 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
             if offline:
                 raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
                                  hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
-            _init_mirror(path)
+            mirror.init(path)
         try:
             return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history)
         except BaseException:
@@ -240,12 +195,12 @@ def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: st
         repo.git.remote("set-url", "origin", rw.fetch_url)
     try:
         sha = _resolve_floating(repo, commit, where, offline, history) if floating else commit
-        if not _has_commit(repo, sha):
+        if not mirror.has_commit(repo, sha):
             if offline:
                 raise FetchError(f"{sha} is not in the cached mirror of {url} and --offline forbids fetching",
                                  hint="run once without --offline")
             _fetch_pin(repo, sha, where)
-            if not _has_commit(repo, sha):
+            if not mirror.has_commit(repo, sha):
                 if rw.rule:
                     raise FetchError(f"commit {sha} is not in {where}",
                                      hint="update the mirror from upstream, or remove its [mirrors] entry")
@@ -293,10 +248,10 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
     """Objects of an existing mirror fetched by id in one request (e.g. one file across many
     commits); what is already there is not asked for again."""
     rw = (mirrors or Mirrors()).rewrite(url)
-    path = _mirror_path(cache_dir, url)
+    path = mirror.path_for(cache_dir, url)
     with FileLock(str(path) + ".lock"):
         repo = git.Repo(path)
-        present = _local(repo, "cat-file", "--batch-check=%(objectname)", "--batch-all-objects").split()
+        present = mirror.local(repo, "cat-file", "--batch-check=%(objectname)", "--batch-all-objects").split()
         missing = sorted(set(oids) - set(present))
         if not missing:
             return
@@ -321,38 +276,12 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
         except git.GitCommandError as exc:
             raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
                              hint="check the ref") from None
-    sha = _local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
+    sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
     if not sha:
         raise FetchError(f"{ref!r} is not in the cached mirror of {where} and --offline forbids fetching it",
                          hint="run once without --offline")
     return sha
 
 
-def checkout(mirror: Path, commit: str, dest: Path, *, paths: Sequence[str] = ()) -> git.Repo:
-    """A checkout of `commit` at `dest` (which must not exist), only `paths` when given; HEAD
-    verified. It borrows the mirror's objects and, like `git clone --filter=blob:none
-    --sparse`, is a partial clone of upstream, so the absent blobs are no error."""
-    source = git.Repo(mirror)
-    repo = git.Repo.init(dest)
-    (Path(repo.git_dir) / "objects" / "info" / "alternates").write_text(str(mirror.resolve() / "objects") + "\n")
-    if _is_shallow(source):
-        shutil.copyfile(Path(source.git_dir) / "shallow", Path(repo.git_dir) / "shallow")
-    _make_partial(repo, source.git.remote("get-url", "origin"))
-    repo.git.config("advice.detachedHead", "false")
-    spec = [p.strip("/") for p in paths if p.strip("/")]
-    if spec:
-        repo.git.sparse_checkout("set", "--no-cone", *(f"/{p}" for p in spec))  # a folder or a file
-    repo.git.execute(["git", "-C", str(dest), "checkout", "--quiet", "--detach", commit],
-                     env=NO_NETWORK)  # every blob it needs is in the mirror
-    head = repo.head.commit.hexsha
-    if head != commit:
-        raise FetchError(f"checkout of {commit} in {dest} gave HEAD {head}", hint="delete the cache folder and retry")
-    return repo
-
-
 def worktree_key(commit: str, series_digest: str) -> str:
     return f"{commit[:12]}-{series_digest[:12]}"
-
-
-# A fresh `.partial-` sibling of `final`, renamed into place when complete (kept for importers).
-temp_dir_for = atomic.partial_dir

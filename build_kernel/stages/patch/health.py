@@ -9,28 +9,26 @@ The mirror is fetch's partial clone (commits and trees, blobs only where asked f
 everything enters it through `fetch.ensure_commit`: the history with the branch, then the
 pyproject.toml of each commit that touched it, then the package's files at each commit
 that is checked. Those commits are checked one after the other in a single scratch clone.
+Rendering and writing the result is healthreport's (`render` and `write` importable here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich import box
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-
-from build_kernel import atomic, log, process
-from build_kernel.errors import FetchError, PatchError
+from build_kernel import log, process
+from build_kernel.errors import FetchError
 from build_kernel.plan import Plan
 from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.fetch.mirror import NO_NETWORK, checkout
 from build_kernel.stages.patch import apply as patches
+from build_kernel.stages.patch.healthreport import render as render
+from build_kernel.stages.patch.healthreport import write as write
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -80,7 +78,7 @@ def _git(repo: Path, *args: str, env: Mapping[str, str], stdin: str | None = Non
     # Never a lazy fetch: the mirror is a partial clone, and what it lacks is fetched by fetch.ensure_commit.
     return process.run(["git", "-C", repo, *args], error=FetchError, what=f"git {args[0]} in {repo}",
                        fix="delete the mirror from the cache and retry" if check else None,
-                       env={**env, **fetch.NO_NETWORK}, stdin=stdin, check=check)
+                       env={**env, **NO_NETWORK}, stdin=stdin, check=check)
 
 
 def _out(repo: Path, *args: str, env: Mapping[str, str]) -> str:
@@ -265,7 +263,7 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
         for i, (sha, date, version) in enumerate(commits):
             get(sha, src.paths)  # the package's files at this commit, as `patch check` fetches them
             if i == 0:
-                fetch.checkout(mirror, sha, tree, paths=src.paths).close()
+                checkout(mirror, sha, tree, paths=src.paths).close()
             else:
                 # One scratch clone for the walk: check_series reads HEAD, so moving HEAD is all it needs.
                 _out(tree, "checkout", "--quiet", "--force", "--detach", sha, env=plan.env)
@@ -274,39 +272,3 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
             log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
                      f"{'applies' if rows[-1].applies else 'does not apply'}")
     return Health(url, until_sha, since_sha, tuple(rows))
-
-
-def write(health: Health, path: Path) -> None:
-    """The rows' records as JSON, replacing `path` only when complete."""
-    text = json.dumps([row.record() for row in health.rows], indent=2) + "\n"
-    try:
-        atomic.write_text(path, text)
-    except OSError as exc:
-        raise PatchError(f"cannot write {path}: {exc.strerror}", hint="choose a writable path") from None
-
-
-def labels(names: list[str]) -> list[str]:
-    """Column headings: the quilt numbers (`0001`) when they tell the patches apart, else positions."""
-    heads = [name.split("-", 1)[0] for name in names]
-    if all(h.isdigit() for h in heads) and len(set(heads)) == len(heads):
-        return heads
-    return [str(i + 1) for i in range(len(names))]
-
-
-_SHORT = {patches.APPLIES: "[green]ok[/]", patches.OFFSET: "[yellow]offset[/]",
-          patches.UPSTREAM: "[red]upstream[/]", patches.CONFLICT: "[red]CONFLICT[/]"}
-
-
-def render(health: Health, names: list[str]) -> Group:
-    """One row per version change, one column per patch, a legend, and the summary line."""
-    heads = labels(names)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for heading in ("commit", "date", "version", *heads, "whole"):
-        table.add_column(heading, no_wrap=True)
-    for row in health.rows:
-        states = row.states()
-        table.add_row(row.commit[:9], row.date, row.version, *(_SHORT.get(states.get(n, ""), "-") for n in names),
-                      "[green]yes[/]" if row.applies else "[red]no[/]")
-    legend = [Text(f"{h}  {n}") for h, n in zip(heads, names, strict=True)]
-    summary = f"series applies whole at {health.whole} of {len(health.rows)} commits"
-    return Group(table, Text(""), *legend, Text(summary))

@@ -1,0 +1,159 @@
+"""Finding, reading and merging recipe files, then building a validated `Recipe`.
+
+`extends = "parent"` merges the parent's tables key by key (lists are replaced).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from build_kernel.errors import RecipeError
+from build_kernel.recipe.convert import _build_section
+from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, Recipe
+from build_kernel.recipe.problems import _Problems, _toml
+from build_kernel.recipe.rules import _check
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+# The repository root: recipes/ and patches/ live there (this file is build_kernel/recipe/load.py).
+DEFAULT_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def recipes_dir(root: Path | None = None) -> Path:
+    return (root or DEFAULT_ROOT) / "recipes"
+
+
+def list_recipes(root: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in recipes_dir(root).glob("*.toml"))
+
+
+def _find(name_or_path: str, root: Path) -> Path:
+    candidate = Path(name_or_path)
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        if candidate.is_file():
+            return candidate.resolve()
+        raise RecipeError([f"{name_or_path}: no such recipe file (check the path)"])
+    path = recipes_dir(root) / f"{name_or_path}.toml"
+    if path.is_file():
+        return path
+    known = list_recipes(root)
+    close = difflib.get_close_matches(name_or_path, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known recipes: {', '.join(known) or 'none'}"
+    raise RecipeError([f"recipe {name_or_path!r} not found in {recipes_dir(root)} ({hint})"])
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    text = path.read_text()
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
+        msg = re.sub(r"\s*\(at line.*\)", "", str(exc))
+        raise RecipeError([f"{where}: invalid TOML: {msg} (fix the syntax at that position)"]) from None
+
+
+def _line_of(text: str, table: str, key: str) -> int:
+    """Best-effort line number of `key` inside `[table]` (1 when not found)."""
+    current = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
+        if header:
+            current = header.group(1)
+            # A table-valued key may be written as its own `[table.key]` header.
+            if current == (f"{table}.{key}" if key else table):
+                return number
+            continue
+        # `job-memory-gb` is accepted for `job_memory_gb`, so look for either spelling.
+        if current == table and re.match(rf"^{re.escape(key).replace('_', '[-_]')}\s*=", stripped):
+            return number
+    return 1
+
+
+def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(parent)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]]:
+    """Merged table plus, per top-level table, the file that last set it (for line lookup)."""
+    if path in chain:
+        cycle = " -> ".join(p.stem for p in (*chain, path))
+        raise RecipeError([f"{chain[-1]}:{_line_of(chain[-1].read_text(), '', 'extends')}: extends: cycle {cycle} (remove one `extends`)"])
+    data, text = _read_toml(path)
+    origins = {key: (path, text) for key in data}
+    parent_name = data.get("extends")
+    if parent_name is None:
+        return data, origins
+    line = _line_of(text, "", "extends")
+    if not isinstance(parent_name, str):
+        raise RecipeError([f"{path}:{line}: extends: must be a recipe name string"])
+    # A name is a sibling; a path (a site's overlay of a shipped recipe) is relative to this file.
+    by_path = parent_name.endswith(".toml") or "/" in parent_name
+    parent_path = (path.parent / parent_name).resolve() if by_path else path.parent / f"{parent_name}.toml"
+    if not parent_path.is_file():
+        where = parent_path if by_path else path.parent
+        raise RecipeError([f"{path}:{line}: extends: parent recipe {parent_name!r} not found in {where} (create it or fix the name)"])
+    parent, parent_origins = _load_raw(parent_path, (*chain, path))
+    parent_origins.update(origins)
+    return _merge(parent, data), parent_origins
+
+
+def load(name_or_path: str, root: Path | None = None) -> Recipe:
+    """Load, merge and validate one recipe; raise RecipeError listing every problem."""
+    path = _find(name_or_path, root or DEFAULT_ROOT)
+    # A recipe given by path lives in <root>/recipes/: its siblings and patches/ are there.
+    root = path.parent.parent
+    raw, origins = _load_raw(path, ())
+    problems = _Problems()
+
+    def where(table: str, key: str) -> str:
+        top = table.split(".")[0]
+        file, text = origins.get(top, (path, path.read_text()))
+        return f"{file}:{_line_of(text, table, key)}"
+
+    for key in raw:
+        if key not in TOP_KEYS:
+            close = difflib.get_close_matches(key, TOP_KEYS, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(TOP_KEYS)}"
+            problems.add(where("", key), key, f"unknown key ({fix})")
+
+    sections = {
+        name: _build_section(cls, raw.get(name, {}), name, problems, where)
+        for name, cls in SECTIONS.items()
+    }
+    deps = []
+    dep_tables = raw.get("deps", {})
+    if not isinstance(dep_tables, dict):
+        problems.add(where("", "deps"), "deps", f"must be a table, not {_toml(dep_tables)} (write [deps.NAME] and key = value lines below it)")
+        dep_tables = {}
+    for dep_name, table in dep_tables.items():
+        dep = _build_section(Dep, {**table, "name": dep_name} if isinstance(table, dict) else table,
+                             f"deps.{dep_name}", problems, where)
+        deps.append(dep)
+    recipe = Recipe(
+        name=path.stem,
+        path=path,
+        root=root,
+        description=str(raw.get("description", "")),
+        extends=str(raw.get("extends", "")),
+        deps=tuple(deps),
+        raw=raw,
+        **sections,
+    )
+    _check(recipe, problems, where)
+    problems.raise_if_any()
+    return recipe

@@ -1,0 +1,155 @@
+"""The recipe's shape: one frozen dataclass per section, each field carrying its reference text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_kernel.archs import Arch
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _doc(text: str, default: Any = None, factory: Any = None) -> Any:
+    """A dataclass field with its reference-doc text attached."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str = _doc("Git URL, local path, or `example:NAME` for a bundled miniature project.", "")
+    commit: str = _doc("Full 40-hex commit SHA to build; HEAD must equal it after checkout.", "")
+    ref: str = _doc("Branch or tag the commit came from, for humans only.", "")
+    subdir: str = _doc("Folder of the package inside the repository (sgl-kernel: `sgl-kernel`).", "")
+    allow_floating: bool = _doc("Allow `commit` to be a branch or tag instead of a SHA.", False)
+    sparse: bool = _doc("Check out only `subdir` (and fetch only its files); false: the whole tree.", True)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """What the build reads of the repository: `subdir` alone, or everything."""
+        return (self.subdir,) if self.sparse and self.subdir else ()
+
+
+@dataclass(frozen=True)
+class Patches:
+    series: str = _doc("Patch series name: the folder `patches/<series>/`.", "")
+    version: str = _doc("Series version: the folder `patches/<series>/<version>/`.", "")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cuda: str = _doc("CUDA major.minor the build targets; torch's CUDA must share its major.", "")
+    cuda_source: str = _doc("Where nvcc comes from: `system`, `wheels` (PyPI nvidia-*) or `auto`.", "auto")
+    torch: str = _doc("torch version to build against, or `existing` for the current environment's.", "existing")
+    torch_index: str = _doc("Package index holding that torch (e.g. PyTorch's nightly cu130 index).", "")
+    python: str = _doc("Python version of the build environment (informational when torch = existing).", "")
+    cmake: str = _doc("Version specifier CMake must satisfy, e.g. `>=3.26`.", ">=3.26")
+    flashinfer_python: str = _doc("flashinfer-python version installed for serving.", "")
+    sglang: str = _doc("sglang version whose argparse validates the serve flags.", "")
+
+
+@dataclass(frozen=True)
+class Build:
+    arch: tuple[Arch, ...] = _doc("Arch list (TORCH_CUDA_ARCH_LIST), e.g. [\"12.0a\"].", factory=tuple)
+    fp4: bool = _doc("FP4 kernels are wanted: needs an arch-specific 10.0+ target such as 12.0a.", False)
+    jobs: int | str = _doc("Parallel compile jobs: `auto` (from available memory) or a number.", "auto")
+    nvcc_threads: int = _doc("nvcc --threads per job (archs compiled in parallel inside one job).", 1)
+    job_memory_gb: float = _doc("Predicted peak memory of one compile job per arch in flight, GB.", 4.0)
+    reserve_gb: float = _doc("Memory left free for everything else while compiling, GB.", 2.0)
+    max_oom_retries: int = _doc("Times an OOM-killed build resumes with fewer jobs before failing.", 3)
+    compile_cache: str = _doc("Compiler launcher for CUDA and C++ compiles: `none`, `ccache` or `sccache` "
+                              "(not installed: a warning, then uncached).", "none")
+    defines: dict[str, str] = _doc("Extra CMake `-D` defines.", factory=dict)
+    env: dict[str, str] = _doc("Extra environment variables for the build.", factory=dict)
+
+
+@dataclass(frozen=True)
+class Dep:
+    name: str = _doc("FetchContent name (upper-cased into FETCHCONTENT_SOURCE_DIR_<NAME>).", "")
+    repo: str = _doc("Git URL, local path or `example:NAME` to fetch the dependency from.", "")
+    commit: str = _doc("Full 40-hex SHA of the dependency to use.", "")
+    tag: str = _doc("A tag instead of `commit`, where upstream pins a tag (sgl-kernel: triton `v3.5.1`); "
+                    "the SHA it resolves to is recorded.", "")
+    path: str = _doc("A local source folder to use as is instead of repo + commit.", "")
+    paths: tuple[str, ...] = _doc("Folders the build reads (sparse checkout; only their files are fetched). "
+                                  "Empty: the whole tree.", factory=tuple)
+    submodules: tuple[str, ...] = _doc("Submodule paths to check out at the commit the dependency pins (as "
+                                       "FetchContent would); `paths` below one make it sparse.", factory=tuple)
+
+
+@dataclass(frozen=True)
+class Verify:
+    import_modules: tuple[str, ...] = _doc("Modules that must import in a clean process.", factory=tuple)
+    op_namespace: str = _doc("torch.ops namespace of the library's ops.", "")
+    ops: tuple[str, ...] = _doc("Ops that must be registered under torch.ops.<namespace>.", factory=tuple)
+    fp4_library: str = _doc("Glob (inside the wheel) of the library whose cubins must hold FP4 code.", "")
+    fp4_sass: tuple[str, ...] = _doc("Regexes of SASS opcodes that prove FP4 kernels, e.g. `E2M1`.", factory=tuple)
+    gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.stages.verify.gpu_checks:minikernel_nvfp4).", "")
+
+
+@dataclass(frozen=True)
+class Serve:
+    model: str = _doc("Model path or hub id to serve.", "")
+    args: tuple[str, ...] = _doc("Flags for `python -m sglang.launch_server`.", factory=tuple)
+    host: str = _doc("Address to bind.", "127.0.0.1")
+    port: int = _doc("Port to bind.", 30000)
+
+
+@dataclass(frozen=True)
+class Publish:
+    target: str = _doc("Index to publish to: a name from [publish.targets] or a URL.", "")
+    targets: dict[str, str] = _doc("Named upload URLs.", factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    root: Path
+    description: str
+    extends: str
+    source: Source
+    patches: Patches
+    toolchain: Toolchain
+    build: Build
+    deps: tuple[Dep, ...]
+    verify: Verify
+    serve: Serve
+    publish: Publish
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the merged recipe content (inheritance resolved)."""
+        blob = json.dumps(self.raw, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    @property
+    def build_digest(self) -> str:
+        """sha256 of what the wheel depends on: not [verify], [serve], [publish] or the description,
+        so changing where a wheel goes or how it is checked does not rebuild it."""
+        kept = {k: v for k, v in self.raw.items() if k not in _NOT_BUILD_INPUTS}
+        return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+    @property
+    def series_dir(self) -> Path:
+        return self.root / "patches" / self.patches.series / self.patches.version
+
+
+_NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
+SECTIONS: dict[str, type] = {
+    "source": Source,
+    "patches": Patches,
+    "toolchain": Toolchain,
+    "build": Build,
+    "verify": Verify,
+    "serve": Serve,
+    "publish": Publish,
+}
+TOP_KEYS = ("description", "extends", "deps", *SECTIONS)

@@ -1,0 +1,77 @@
+"""Cross-field rules that a single field's type cannot express."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from build_kernel.archs import Arch
+from build_kernel.recipe.model import SHA_RE, Build, Recipe, Serve
+from build_kernel.recipe.problems import _Problems, _toml
+
+
+def _check(r: Recipe, problems: _Problems, where: Any) -> None:
+    """Cross-field rules that a single field's type cannot express."""
+    refused = set(problems.keys)  # a value refused for its type is not also "missing"
+    if not r.source.repo and "source.repo" not in refused:
+        problems.add(where("source", "repo"), "source.repo", "missing (set the git URL or path to build from)")
+    if "source.commit" not in refused:
+        if not r.source.commit:
+            problems.add(where("source", "commit"), "source.commit", "missing (pin a full 40-hex commit SHA)")
+        elif not SHA_RE.match(r.source.commit) and not r.source.allow_floating:
+            problems.add(where("source", "commit"), "source.commit",
+                         f"{r.source.commit!r} is not a full 40-hex SHA (pin the commit, or set allow_floating = true)")
+    if not {"patches.series", "patches.version"} & refused:
+        if not r.patches.series or not r.patches.version:
+            problems.add(where("patches", ""), "patches", "series and version are required (e.g. series = \"sm120\", version = \"v1\")")
+        elif not (r.series_dir / "series").is_file():
+            problems.add(where("patches", "series"), "patches.series",
+                         f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
+    if not r.build.arch and "arch" not in (r.raw.get("build") or {}):
+        problems.add(where("build", "arch"), "build.arch", "missing (name the archs to build, e.g. [\"12.0a\"])")
+    elif r.build.arch and r.build.fp4:
+        check_fp4(r.build.arch, lambda msg: problems.add(where("build", "arch"), "build.arch", msg))
+    jobs = r.build.jobs
+    if not (jobs == "auto" or (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1)):
+        problems.add(where("build", "jobs"), "build.jobs",
+                     f"{jobs!r} is neither \"auto\" nor a positive number (e.g. jobs = \"auto\" or jobs = 8)")
+    b, default = r.build, Build()
+    for key, ok, rule in (
+        ("nvcc_threads", b.nvcc_threads >= 1, "at least 1"),
+        ("max_oom_retries", b.max_oom_retries >= 0, "0 or more"),
+        ("job_memory_gb", b.job_memory_gb > 0, "more than 0"),
+        ("reserve_gb", b.reserve_gb >= 0, "0 or more"),
+    ):
+        if not ok:
+            problems.add(where("build", key), f"build.{key}",
+                         f"must be {rule}, not {_toml(getattr(b, key))} (e.g. {key} = {_toml(getattr(default, key))})")
+    if not 1 <= r.serve.port <= 65535:
+        problems.add(where("serve", "port"), "serve.port",
+                     f"must be a port number from 1 to 65535, not {r.serve.port} (e.g. port = {Serve().port})")
+    if r.build.compile_cache not in ("none", "ccache", "sccache"):
+        problems.add(where("build", "compile_cache"), "build.compile_cache",
+                     f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
+    if r.toolchain.cuda_source not in ("auto", "system", "wheels"):
+        problems.add(where("toolchain", "cuda_source"), "toolchain.cuda_source",
+                     f"{r.toolchain.cuda_source!r} is not one of auto, system, wheels")
+    for dep in r.deps:
+        key = f"deps.{dep.name}"
+        if bool(dep.path) == bool(dep.repo):
+            problems.add(where(key, ""), key, "give either repo + commit (or tag) or path")
+        elif dep.repo and dep.tag and dep.commit:
+            problems.add(where(key, "tag"), f"{key}.tag", "give commit or tag, not both")
+        elif dep.repo and not dep.tag and not SHA_RE.match(dep.commit):
+            problems.add(where(key, "commit"), f"{key}.commit", "must be a full 40-hex SHA (or give tag = \"vX.Y.Z\")")
+        if dep.paths and dep.path:
+            problems.add(where(key, "paths"), f"{key}.paths", "only with repo + commit (a local path is used whole)")
+        for sub in dep.paths:
+            if sub.startswith("/") or ".." in sub.split("/") or not sub.strip("/"):
+                problems.add(where(key, "paths"), f"{key}.paths", f"{sub!r} is not a folder inside the repository")
+
+
+def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:
+    """FP4 instructions exist only on arch-specific 10.0+ targets."""
+    generic = [a for a in archs if a.major >= 10 and not a.fp4_capable]
+    for arch in generic:
+        report(f"FP4 kernels need the arch-specific target: use {arch.torch}a instead of {arch.torch}")
+    if not generic and not any(a.fp4_capable for a in archs):
+        report(f"FP4 kernels need an arch >= 10.0 with 'a' (e.g. 12.0a); {', '.join(map(str, archs))} has none")
