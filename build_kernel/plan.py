@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,9 @@ class Plan:
             "deps": [{**vars(d), "paths": list(d.paths), "submodules": list(d.submodules)} for d in r.deps],
             "mirrors": {"config": str(self.mirrors.config_file) if self.mirrors.config_file else None,
                         "rewrites": [rw.to_dict() for rw in self.remotes() if rw.rewritten]},
-            "verify": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(r.verify).items()},
+            "verify": {k: [asdict(x) if is_dataclass(x) and not isinstance(x, type) else x for x in v]
+                       if isinstance(v, tuple) else v
+                       for k, v in vars(r.verify).items()},
             "serve": {"model": r.serve.model, "args": list(r.serve.args), "host": r.serve.host, "port": r.serve.port},
             "publish": {"target": r.publish.target, "targets": dict(r.publish.targets)},
             "cache_dir": str(self.cache_dir),

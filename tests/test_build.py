@@ -1,4 +1,5 @@
-"""Real builds of the miniature with CMake 3.28, nvcc 13.0 and torch 2.14 (cu130)."""
+"""Real builds of the miniature with make's CMake and torch and a CUDA 13 nvcc (the CI machine: CMake 3.28,
+nvcc 13.0, torch 2.14.1+cu130). What the wheel is stamped with is read from the installed toolchain."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from build_kernel import toolchain
+from build_kernel.archs import parse_arch_list
+from build_kernel.stages.build import cudawheels
 from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
@@ -23,15 +28,31 @@ def cli_build(project: Path, recipe: str, cache: Path, *extra: str) -> subproces
                    "build", "--recipe", str(project / "recipes" / f"{recipe}.toml"))
 
 
+def expected_toolchain() -> tuple[str, str, str]:
+    """(local label prefix, nvcc major.minor, cuda_source) the demo build gets from this machine's toolchain:
+    `cu<torch's CUDA without the dot>.torch<torch major.minor>.sm120a.g`, and the nvcc `auto` picks
+    (the system's `release X.Y` when it is torch's CUDA, else the PyPI wheels of torch's CUDA)."""
+    facts = toolchain.detect(sys.executable, os.environ)
+    assert facts.torch_version and facts.torch_cuda, f"make's torch is a CUDA build: {facts}"
+    cuda = "{}.{}".format(*cudawheels.major_minor(facts.torch_cuda))
+    torch_mm = ".".join(Version(facts.torch_version).base_version.split(".")[:2])
+    source, _ = cudawheels.choose("auto", facts, cuda, parse_arch_list("12.0a"))
+    nvcc = facts.nvcc_version if source == "system" else cuda
+    assert nvcc
+    return f"cu{cuda.replace('.', '')}.torch{torch_mm}.sm120a.g", nvcc, source
+
+
 def test_make_wheel_builds_stamped_wheel_and_second_run_is_a_cache_hit(demo_build: DemoBuild, tmp_path: Path) -> None:
+    label, nvcc, source = expected_toolchain()  # the CI machine: cu130.torch2.14.sm120a.g, nvcc 13.0, system
     name = demo_build.wheel.name
-    assert name.startswith("minikernel-0.1.0+cu130.torch2.14.sm120a.g") and name.endswith(".whl")
+    assert name.startswith(f"minikernel-0.1.0+{label}") and name.endswith(".whl")
     with zipfile.ZipFile(demo_build.wheel) as zf:
         metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         version = next(l for l in zf.read(metadata).decode().splitlines() if l.startswith("Version: "))[9:]
         provenance = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))))
-    assert version in name and "+cu130.torch2.14.sm120a.g" in version
-    assert provenance["archs"] == ["12.0a"] and provenance["toolchain"]["nvcc_version"] == "13.0"
+    assert version in name and f"+{label}" in version
+    assert provenance["archs"] == ["12.0a"] and provenance["toolchain"]["nvcc_version"] == nvcc
+    assert provenance["toolchain"]["cuda_source"] == source
     assert provenance["patches"] and all(len(v) == 64 for v in provenance["patches"].values())
     assert provenance["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"].startswith(str(demo_build.cache))
     # pip installs it, and pip's view of the version carries the local label.

@@ -1,11 +1,14 @@
 """The hermetic CUDA toolkit from PyPI wheels: pins, layout, cache, errors, auto choice, a real build.
 
-Network: the toolkit fixture installs nvidia-cuda-nvcc & co. (about 200 MB of wheels) from
-the package index once per session; every other test reuses that folder.
+Network: the toolkit fixture installs nvidia-cuda-nvcc & co. (about 200 MB of wheels) for the
+CUDA of this environment's torch from the package index once per session; every other test
+reuses that folder. Which CUDA releases the index has is asked of the index (`pip index
+versions`), never assumed; this machine's nvcc and torch are read with `toolchain.detect`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
@@ -39,6 +43,38 @@ def system_facts(version: str | None = "13.0", archs: tuple[str, ...] = ("90", "
                  nvcc_version=version, nvcc_archs=archs, cuda_home="/usr/local/cuda")
 
 
+@functools.cache
+def machine() -> Facts:
+    """This machine's nvcc and this environment's torch, as the build sees them."""
+    return toolchain.detect(sys.executable, os.environ)
+
+
+def torch_cuda() -> str:
+    """major.minor of the CUDA this environment's torch was built for (make's torch: a CUDA 13 build)."""
+    facts = machine()
+    if not facts.torch_cuda or cudawheels.major_minor(facts.torch_cuda)[0] < cudawheels.FIRST_MAJOR:
+        pytest.skip(f"needs a torch built for CUDA >= {cudawheels.FIRST_MAJOR} (make installs one);"
+                    f" this one is {facts.torch_version} (CUDA {facts.torch_cuda})")
+    return "{}.{}".format(*cudawheels.major_minor(facts.torch_cuda))
+
+
+def index_cuda_releases() -> list[str]:
+    """major.minor of every final nvidia-cuda-nvcc release the configured package index has, ascending."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check",
+                           "nvidia-cuda-nvcc"], capture_output=True, text=True, check=False)
+    listed = re.search(r"^Available versions: (.+)$", proc.stdout, re.MULTILINE)
+    assert proc.returncode == 0 and listed, f"pip index versions nvidia-cuda-nvcc: {proc.stdout}{proc.stderr}"
+    versions = [cudawheels.major_minor(v) for v in listed.group(1).split(",")]
+    return [f"{a}.{b}" for a, b in sorted(set(versions)) if a >= 1]  # (0.0.x: placeholders, never a toolkit)
+
+
+def assert_pinned_to(packages: dict[str, str], cuda: str) -> None:
+    """Every package is of that CUDA major.minor (CCCL from CUDA 13.3 on is 13.3.<minor>.x)."""
+    assert all(v.startswith(f"{cuda}.") for n, v in packages.items() if n != "nvidia-cuda-cccl"), packages
+    for req in map(Requirement, cudawheels.requirements(cuda)):
+        assert req.specifier.contains(packages[req.name]), (req, packages)
+
+
 @pytest.fixture(scope="session")
 def toolkit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bk-cache")
@@ -46,8 +82,8 @@ def toolkit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def toolkit(toolkit_cache: Path) -> cudawheels.Toolkit:
-    """CUDA 13.0 (torch 2.14.1's) from PyPI, installed once per session."""
-    return cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable, env=os.environ)
+    """The CUDA of this environment's torch (13.0 for torch 2.14.1) from PyPI, installed once per session."""
+    return cudawheels.ensure_toolkit(toolkit_cache, torch_cuda(), python=sys.executable, env=os.environ)
 
 
 # ---- pins and error texts (no network) ---------------------------------------------------
@@ -156,36 +192,46 @@ def test_choose_errors_when_nothing_can_fit() -> None:
 
 
 def test_choose_with_the_real_system_facts() -> None:
-    # The CI machine: nvcc 13.0 at /usr/local/cuda-13.0, torch 2.14.1+cu130.
-    facts = toolchain.detect(sys.executable, os.environ)
-    assert facts.nvcc_version == "13.0" and facts.torch_cuda == "13.0", facts
-    assert cudawheels.choose("auto", facts, facts.torch_cuda, SM120A)[0] == "system"
-    # A torch built for CUDA 13.1 (nvidia-cuda-nvcc 13.1.x is on PyPI): the system 13.0 does not match.
-    source, why = cudawheels.choose("auto", facts, "13.1", SM120A)
-    assert source == "wheels" and "torch is built for CUDA 13.1" in why
+    # This machine as detect sees it (the CI machine: nvcc 13.0 at /usr/local/cuda-13.0, torch 2.14.1+cu130).
+    facts = machine()
+    if not facts.nvcc or not facts.nvcc_version:
+        pytest.skip("needs a system nvcc (CUDA_HOME, PATH or /usr/local/cuda*): none found")
+    want = torch_cuda()
+    major, minor = cudawheels.major_minor(facts.nvcc_version)
+    # auto takes the system nvcc exactly when it is torch's CUDA major.minor and knows sm_120a.
+    fits = (major, minor) == cudawheels.major_minor(want) and (not facts.nvcc_archs or "120" in facts.nvcc_archs)
+    source, why = cudawheels.choose("auto", facts, want, SM120A)
+    assert source == ("system" if fits else "wheels"), why
+    # A torch built for a CUDA minor the system nvcc is not: the wheels, and "system" refuses.
+    other = f"{max(major, cudawheels.FIRST_MAJOR)}.{minor + 1}"
+    misfit = f"system nvcc is CUDA {facts.nvcc_version} ({facts.nvcc}), torch is built for CUDA {other}"
+    source, why = cudawheels.choose("auto", facts, other, SM120A)
+    assert source == "wheels" and misfit in why and f"nvidia-cuda-nvcc=={other}.*" in why
     with pytest.raises(ToolchainError) as exc:
-        cudawheels.choose("system", facts, "13.1", SM120A)
-    assert "system nvcc is CUDA 13.0" in one_line(exc) and "torch is built for CUDA 13.1" in str(exc.value)
+        cudawheels.choose("system", facts, other, SM120A)
+    assert one_line(exc).startswith(f'cuda_source = "system" but {misfit}')
 
 
 # ---- the real toolkit (network once per session) -------------------------------------------
 
 def test_toolkit_layout_versions_and_defines(toolkit: cudawheels.Toolkit, toolkit_cache: Path) -> None:
-    assert toolkit.root == toolkit_cache / "toolkits" / f"cuda-13.0-{os.uname().machine}" / "nvidia" / "cu13"
-    assert toolkit.version.startswith("13.0.")
+    cuda, major = toolkit.cuda, cudawheels.major_minor(toolkit.cuda)[0]
+    assert cuda == torch_cuda()
+    assert toolkit.root == toolkit_cache / "toolkits" / f"cuda-{cuda}-{os.uname().machine}" / "nvidia" / f"cu{major}"
+    assert toolkit.version.startswith(f"{cuda}.")
     packages = dict(toolkit.packages)
     assert set(packages) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl",
                              "nvidia-cuda-runtime", "nvidia-cuda-nvrtc"}
-    assert all(v.startswith("13.0.") for v in packages.values()), packages
+    assert_pinned_to(packages, cuda)
     root = toolkit.root
     assert os.readlink(root / "lib64") == "lib" and (root / "lib64" / "libcudart_static.a").is_file()
-    assert (root / "lib" / "libcudart.so").resolve() == (root / "lib" / "libcudart.so.13").resolve()
+    assert (root / "lib" / "libcudart.so").resolve() == (root / "lib" / f"libcudart.so.{major}").resolve()
     for needed in ("nvvm/bin/cicc", "nvvm/libdevice/libdevice.10.bc", "include/crt/host_config.h",
                    "include/cccl/cuda/std/cstdint", "include/cuda_fp4.h", "bin/ptxas", "bin/crt/link.stub"):
         assert (root / needed).exists(), needed
     d = toolkit.defines
     assert d["CMAKE_CUDA_COMPILER"] == str(toolkit.nvcc) and d["CUDA_TOOLKIT_ROOT_DIR"] == d["CUDAToolkit_ROOT"] == str(root)
-    assert d["CUDA_nvrtc_LIBRARY"] == str(root / "lib" / "libnvrtc.so.13")
+    assert d["CUDA_nvrtc_LIBRARY"] == str(root / "lib" / f"libnvrtc.so.{major}")
     # The overlay offers torch's cuBLAS/cuSPARSE headers and nothing the toolkit has itself.
     overlay = Path(d["CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES"])
     names = {p.name for p in overlay.iterdir()}
@@ -196,10 +242,12 @@ def test_toolkit_layout_versions_and_defines(toolkit: cudawheels.Toolkit, toolki
 
 def test_second_call_and_offline_reuse_the_cache(toolkit: cudawheels.Toolkit, toolkit_cache: Path) -> None:
     start = time.monotonic()
-    again = cudawheels.ensure_toolkit(toolkit_cache, "13.0", python=sys.executable, env=os.environ)
+    again = cudawheels.ensure_toolkit(toolkit_cache, toolkit.cuda, python=sys.executable, env=os.environ)
     assert time.monotonic() - start < 2
     assert again.cached and again == toolkit
-    offline = cudawheels.ensure_toolkit(toolkit_cache, "13.0.88", python=sys.executable, env=os.environ, offline=True)
+    # nvcc's full version (e.g. 13.0.88) names the same major.minor toolkit.
+    offline = cudawheels.ensure_toolkit(toolkit_cache, toolkit.version, python=sys.executable, env=os.environ,
+                                        offline=True)
     assert offline.root == toolkit.root and offline.cached
     assert not list((toolkit_cache / "toolkits").glob(".*partial*"))
 
@@ -221,14 +269,14 @@ def test_concurrent_setup_installs_once_and_drops_stale_partials(
                                                  or (n.endswith(".so") and os.path.islink(os.path.join(d, n)))])
 
     monkeypatch.setattr(cudawheels, "_pip_install", fake_pip)
-    final = cudawheels.toolkit_dir(tmp_path, "13.0")
+    final = cudawheels.toolkit_dir(tmp_path, toolkit.cuda)
     final.parent.mkdir(parents=True)
     stale = final.parent / f".{final.name}.partial-999999"
     stale.mkdir()
     (final / "nvidia").mkdir(parents=True)  # no marker: an interrupted run, never trusted
     results: list[cudawheels.Toolkit] = []
     threads = [threading.Thread(target=lambda: results.append(
-        cudawheels.ensure_toolkit(tmp_path, "13.0", python=sys.executable, env=os.environ))) for _ in range(2)]
+        cudawheels.ensure_toolkit(tmp_path, toolkit.cuda, python=sys.executable, env=os.environ))) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -244,7 +292,10 @@ def test_unknown_cuda_minor_is_one_line_from_pip(toolkit_cache: Path) -> None:
         cudawheels.ensure_toolkit(toolkit_cache, "13.99", python=sys.executable, env=os.environ)
     text = one_line(exc)
     assert text.startswith("no CUDA 13.99 toolkit on the package index: pip finds no nvidia-cuda-nvcc==13.99.*;")
-    assert re.search(r"nvidia-cuda-nvcc has CUDA 13\.0, 13\.1, ", text), text
+    # The releases named are exactly the ones the index has today (asked of it separately).
+    releases = index_cuda_releases()
+    assert releases and "13.99" not in releases
+    assert re.search(rf"nvidia-cuda-nvcc has CUDA {re.escape(', '.join(releases))}(;| \()", text), (text, releases)
     assert not (toolkit_cache / "toolkits" / f"cuda-13.99-{os.uname().machine}").exists()
     assert not list((toolkit_cache / "toolkits").glob(".*partial*"))
 
@@ -269,13 +320,27 @@ def cubin_archs(path: Path) -> list[str]:
     return re.findall(r"\.(sm_\d+[af]?)\.cubin", out)
 
 
+def minor_the_system_lacks(facts: Facts) -> str:
+    """A CUDA release on the index that is not the system nvcc's: the next newer one, else the newest older."""
+    system = facts.nvcc_version and cudawheels.major_minor(facts.nvcc_version)
+    usable = [r for r in index_cuda_releases() if cudawheels.major_minor(r)[0] >= cudawheels.FIRST_MAJOR]
+    newer = [r for r in usable if not system or cudawheels.major_minor(r) > system]
+    older = [r for r in usable if system and cudawheels.major_minor(r) < system]
+    if not newer and not older:
+        pytest.skip(f"the index has no CUDA toolkit release other than the system's {facts.nvcc_version}: {usable}")
+    return newer[0] if newer else older[-1]
+
+
 @pytest.mark.slow
-def test_auto_for_a_cuda_minor_the_system_lacks_gets_a_working_13_1_nvcc(toolkit_cache: Path, tmp_path: Path) -> None:
-    facts = toolchain.detect(sys.executable, os.environ)
-    source, _ = cudawheels.choose("auto", facts, "13.1", SM120A)
-    assert source == "wheels"
-    tk = cudawheels.ensure_toolkit(toolkit_cache, "13.1", python=sys.executable, env=os.environ)
-    assert tk.version.startswith("13.1.") and all(v.startswith("13.1.") for v in dict(tk.packages).values())
+def test_auto_for_a_cuda_minor_the_system_lacks_gets_a_working_nvcc_of_that_minor(
+        toolkit_cache: Path, tmp_path: Path) -> None:
+    facts = machine()
+    cuda = minor_the_system_lacks(facts)  # 13.1 with the CI machine's nvcc 13.0
+    source, why = cudawheels.choose("auto", facts, cuda, SM120A)
+    assert source == "wheels", why
+    tk = cudawheels.ensure_toolkit(toolkit_cache, cuda, python=sys.executable, env=os.environ)
+    assert tk.cuda == cuda and tk.version.startswith(f"{cuda}.")
+    assert_pinned_to(dict(tk.packages), cuda)
     (tmp_path / "k.cu").write_text('#include <cuda_fp4.h>\n__global__ void k(__nv_fp4_e2m1* p) { p[0] = __nv_fp4_e2m1(1.5f); }\n')
     subprocess.run([str(tk.nvcc), "-c", "-arch=sm_120a", "k.cu", "-o", "k.o"], cwd=tmp_path, env=hidden_system_env(),
                    check=True, capture_output=True)
@@ -304,7 +369,7 @@ def test_miniature_builds_for_12_0a_with_the_wheel_toolkit_and_no_system_cuda(
     result = json.loads(proc.stdout)
     tc = result["provenance"]["toolchain"]
     assert tc["cuda_source"] == "wheels" and tc["nvcc"] == str(toolkit.nvcc)
-    assert tc["cuda_packages"]["nvidia-cuda-nvcc"].startswith("13.0.")
+    assert tc["cuda_packages"]["nvidia-cuda-nvcc"].startswith(f"{toolkit.cuda}.")
     # CMake used the wheels' nvcc and never saw the system toolkit.
     build_dir = toolkit_cache / "build" / result["key"] / "cmake"
     cache = (build_dir / "CMakeCache.txt").read_text()

@@ -3,7 +3,8 @@
 The wheel here is real: a CUDA library compiled by nvcc for sm_120a that calls the driver
 API (cuInit, cuDeviceGetCount) and links `-lcuda`. This machine has no driver; linking
 needs a libcuda, so the test links against a stub it compiles (exactly what the
-toolkit's stubs/libcuda.so is for).
+toolkit's stubs/libcuda.so is for). The nvcc is the one the build finds (CUDA_HOME, PATH,
+/usr/local/cuda*): one small compile (seconds), skipped where there is no nvcc at all.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ STATUS = _lib.probe()
 def driver_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if driver_stub.driver_loadable():
         pytest.skip("this host has a CUDA driver: nothing to stand in for")
-    nvcc = find_nvcc({"PATH": "/usr/local/bin:/usr/bin"})
+    nvcc = find_nvcc(os.environ)
     if not nvcc:
-        pytest.skip("needs nvcc")
+        pytest.skip("needs nvcc (CUDA_HOME, PATH or /usr/local/cuda*) to compile the probe library: none found")
     tmp = tmp_path_factory.mktemp("drv")
     link_stub = driver_stub.make_stub(["cuInit", "cuDeviceGetCount"], tmp)
     (tmp / "libcuda.so").symlink_to(link_stub)

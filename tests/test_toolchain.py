@@ -1,8 +1,9 @@
 """Toolchain preflight: each failure is one line with its fix, found before any compile.
 
 Where the real thing can be arranged here (no nvcc on PATH, no ninja, an old CMake, a
-host gcc that nvcc rejects) it is; an older CUDA or a torch for another CUDA cannot be
-installed on this machine, so those two use recorded facts of such machines.
+host gcc that nvcc rejects) it is; an older CUDA, a torch for another CUDA or a CPU torch
+is not installed here, so those checks use recorded facts of such machines (`RECORDED`)
+and run without any nvcc. What needs this machine's own toolchain skips without one.
 """
 
 from __future__ import annotations
@@ -28,10 +29,22 @@ ARCH = parse_arch_list("12.0a")
 
 @pytest.fixture(scope="module")
 def facts() -> toolchain.Facts:
+    """This machine's real toolchain (README: a CUDA 13 nvcc, make's CUDA build of torch)."""
     found = toolchain.detect(sys.executable, os.environ)
     if not found.nvcc or not found.torch_cuda:
-        pytest.skip("needs nvcc and a CUDA build of torch (make test installs them)")
+        pytest.skip(f"needs nvcc and a CUDA build of torch (make test installs torch; nvcc: {found.nvcc},"
+                    f" torch {found.torch_version} CUDA {found.torch_cuda})")
     return found
+
+
+# A healthy CUDA 13.0 machine as `detect` records one: for the checks that need other
+# versions than this machine has (and no nvcc here at all).
+RECORDED = toolchain.Facts(
+    python="/opt/env/bin/python", python_version="3.11.7", git="/usr/bin/git",
+    cmake="/opt/env/bin/cmake", cmake_version="3.28.4", ninja="/opt/env/bin/ninja", ninja_version="1.13.2",
+    gcc="/usr/bin/g++", gcc_version="12.2.0", nvcc="/usr/local/cuda-13.0/bin/nvcc", nvcc_version="13.0",
+    nvcc_archs=("75", "80", "86", "87", "88", "89", "90", "100", "110", "103", "120", "121"),
+    cuda_home="/usr/local/cuda-13.0", torch_version="2.14.1+cu130", torch_cuda="13.0")
 
 
 def only_tools(tmp_path: Path, *names: str) -> str:
@@ -46,7 +59,9 @@ def only_tools(tmp_path: Path, *names: str) -> str:
 
 
 def test_healthy_toolchain_has_no_problems(facts: toolchain.Facts) -> None:
-    assert toolchain.preflight(facts, ARCH, cmake_spec=">=3.26", want_cuda="13.0") == []
+    # The recipe asks for the CUDA this machine's torch was built for (make installs a matching pair).
+    assert toolchain.preflight(facts, ARCH, cmake_spec=">=3.26", want_cuda=facts.torch_cuda or "") == []
+    assert toolchain.preflight(RECORDED, ARCH, cmake_spec=">=3.26", want_cuda="13.0") == []
 
 
 def test_nvcc_missing(tmp_path: Path) -> None:
@@ -100,13 +115,13 @@ def test_torch_facts_from_a_version_file_alone(tmp_path: Path) -> None:
 
 
 def test_cmake_below_recipe_minimum(facts: toolchain.Facts) -> None:
-    [problem] = toolchain.preflight(facts, ARCH, cmake_spec=">=99.0", want_cuda="13.0")
+    [problem] = toolchain.preflight(facts, ARCH, cmake_spec=">=99.0", want_cuda=facts.nvcc_version or "")
     assert problem.startswith(f"cmake {facts.cmake_version} (") and "does not satisfy >=99.0: pip install 'cmake>=99.0'" in problem
 
 
-def test_nvcc_too_old_for_sm120a(facts: toolchain.Facts) -> None:
+def test_nvcc_too_old_for_sm120a() -> None:
     # Recorded from a CUDA 12.6 machine: its nvcc lists no compute_120.
-    old = replace(facts, nvcc_version="12.6", nvcc_archs=("75", "80", "86", "87", "89", "90"), torch_cuda="12.6")
+    old = replace(RECORDED, nvcc_version="12.6", nvcc_archs=("75", "80", "86", "87", "89", "90"), torch_cuda="12.6")
     [problem] = toolchain.preflight(old, ARCH, cmake_spec=">=3.26", want_cuda="")
     assert "cannot target sm_120a: it needs CUDA >= 12.8" in problem
     sm121 = toolchain.preflight(replace(old, nvcc_version="12.8", nvcc_archs=("90", "100", "120"), torch_cuda="12.8"),
@@ -114,17 +129,18 @@ def test_nvcc_too_old_for_sm120a(facts: toolchain.Facts) -> None:
     assert sm121 and "needs CUDA >= 12.9" in sm121[0]
 
 
-def test_torch_cuda_major_differs_from_nvcc(facts: toolchain.Facts) -> None:
+def test_torch_cuda_major_differs_from_nvcc() -> None:
     # The classic: system CUDA 13.1, torch built for 12.8.
-    mismatch = replace(facts, nvcc_version="13.1", torch_cuda="12.8", torch_version="2.9.1+cu128")
+    mismatch = replace(RECORDED, nvcc_version="13.1", torch_cuda="12.8", torch_version="2.9.1+cu128")
     problems = toolchain.preflight(mismatch, ARCH, cmake_spec=">=3.26", want_cuda="")
     assert any("torch 2.9.1+cu128 was built for CUDA 12.8 but nvcc is CUDA 13.1" in p for p in problems)
 
 
-def test_cpu_torch_is_refused(facts: toolchain.Facts) -> None:
-    problems = toolchain.preflight(replace(facts, torch_cuda=None, torch_version="2.13.0+cpu"), ARCH,
-                                   cmake_spec=">=3.26", want_cuda="13.0")
-    assert any("is a CPU build: install a CUDA build of torch" in p for p in problems)
+def test_cpu_torch_is_refused() -> None:
+    # What detect records for a torch 2.13.0 CPU wheel (version.py: cuda = None): the one problem.
+    cpu = replace(RECORDED, torch_version="2.13.0+cpu", torch_cuda=None)
+    assert toolchain.preflight(cpu, ARCH, cmake_spec=">=3.26", want_cuda="13.0") == [
+        "torch 2.13.0+cpu is a CPU build: install a CUDA build of torch (e.g. +cu130)"]
 
 
 def test_host_compiler_rejected_by_nvcc(facts: toolchain.Facts, tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_wheel_lacking_sm120a_fails(project: Path, tmp_path: Path) -> None:
     wheel = build_variant(project, tmp_path, "v1", "--arch", "10.0a")
     report = verify.verify(wheel, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
-    assert "minikernel/sm100/common_ops.so: no cubin for sm_120a (has sm_100a)" in report.failures
+    assert "minikernel/sm100/common_ops.so: no cubin or PTX for sm_120a (has sm_100a)" in report.failures
     assert any("sm_100a was not asked for" in w for w in report.warnings)
 
 

@@ -49,14 +49,23 @@ def build_cmd(opts: Options, offline: bool, force: bool) -> None:
 def _report_table(report: Report) -> Table:
     table = Table("check", "result")
     for lib in report.libraries:
-        table.add_row(lib.path, f"archs {' '.join(lib.archs)}; missing {' '.join(lib.missing) or '-'}; "
-                                f"extra {' '.join(lib.extra) or '-'}")
+        code = " ".join([*lib.archs, *(f"compute_{p[3:]}(PTX)" for p in lib.ptx)]) or "-"
+        if not lib.applies:
+            table.add_row(lib.path, f"{code}; not loaded for {' '.join(report.asked)} (rule {lib.rule})")
+            continue
+        jit = f"; JIT {' '.join(lib.jit)}" if lib.jit else ""
+        table.add_row(lib.path, f"{code}; missing {' '.join(lib.missing) or '-'}{jit}; extra {' '.join(lib.extra) or '-'}"
+                                f"{'' if lib.rule == 'default' else f' (rule {lib.rule})'}")
         if lib.fp4_matches is not None:
-            table.add_row("  FP4 SASS", ", ".join(f"{k} x{v}" for k, v in lib.fp4_matches.items()) or "-")
+            table.add_row("  FP4 SASS", (", ".join(f"{k} x{v}" for k, v in lib.fp4_matches.items()) or "-")
+                          + (f" ({lib.fp4_scanned})" if lib.fp4_scanned else ""))
     for name, outcome in report.imports.items():
-        table.add_row(f"import {name}", outcome)
-    table.add_row("ops", f"found {len(report.ops_found)}, missing {', '.join(report.ops_missing) or 'none'}")
-    table.add_row("gpu", json.dumps(report.gpu) if report.gpu else "not requested")
+        table.add_row(f"import {name}", outcome.splitlines()[0] if outcome else outcome)
+    if report.checks.get("import", True):
+        table.add_row("ops", f"found {len(report.ops_found)}, missing {', '.join(report.ops_missing) or 'none'}")
+        table.add_row("gpu", json.dumps(report.gpu) if report.gpu else "not requested")
+    else:
+        table.add_row("import, ops, gpu", "not run (--static)")
     for w in report.warnings:
         table.add_row("[yellow]warning[/]", w)
     for f in report.failures:
@@ -71,11 +80,13 @@ def _report_table(report: Report) -> Table:
 @shared_options
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="GPU check to run when a GPU of a built arch is present.")
 @click.option("--recheck", is_flag=True, help="Run the checks even when the wheel's record already matches.")
+@click.option("--static", "static", is_flag=True,
+              help="Device code only (archs, PTX, FP4 SASS), no import: a wheel for another torch/CUDA, a host without torch.")
 @click.pass_obj
-def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool) -> None:
-    """Check a wheel: cubin archs, FP4 SASS, clean import, ops, GPU run (with the build env's python)."""
+def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool) -> None:
+    """Check a wheel: cubin/PTX archs per library, FP4 SASS, clean import, ops, GPU run (build env's python)."""
     p = opts.plan()
-    stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False)
+    stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False, static=static)
     ctx = stages.Context(p, wheels=[wheel or newest_wheel(p)])
     stages.run(ctx, [stage])
     report = stage.reports[0]

@@ -12,6 +12,7 @@ from dataclasses import MISSING, Field, fields
 from typing import Any, get_type_hints
 
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
+from build_kernel.recipe.model import LibraryRule
 from build_kernel.recipe.problems import _Problems, _toml
 
 if sys.version_info >= (3, 11):
@@ -77,6 +78,11 @@ def _to_table(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _to_rules(value: Any) -> Any:
+    # [verify.libraries."GLOB"] tables are built by the loader (each one a section of its own).
+    raise _Bad("tables [verify.libraries.\"GLOB\"]")
+
+
 def _to_archs(value: Any) -> tuple[Arch, ...]:
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
         raise _Bad("a list of arch names", ["12.0a"])
@@ -86,6 +92,7 @@ def _to_archs(value: Any) -> tuple[Arch, ...]:
 _CONVERTERS: dict[Any, Callable[[Any], Any]] = {
     str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs,
     tuple[str, ...]: _to_strings, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
+    tuple[LibraryRule, ...]: _to_rules,
 }
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from build_kernel.errors import RecipeError
 from build_kernel.recipe.convert import _build_section
-from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, Recipe
+from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, LibraryRule, Recipe
 from build_kernel.recipe.problems import _Problems, _toml
 from build_kernel.recipe.rules import _check
 
@@ -112,6 +113,21 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
     return _merge(parent, data), parent_origins
 
 
+def _without_rules(table: Any) -> Any:
+    return {k: v for k, v in table.items() if k != "libraries"} if isinstance(table, dict) else table
+
+
+def _library_rules(verify: Any, problems: _Problems, where: Any) -> tuple[LibraryRule, ...]:
+    """`[verify.libraries."GLOB"]` tables, each checked like a section of its own."""
+    tables = verify.get("libraries", {}) if isinstance(verify, dict) else {}
+    if not isinstance(tables, dict):
+        problems.add(where("verify", "libraries"), "verify.libraries",
+                     f"must be tables, not {_toml(tables)} (write [verify.libraries.\"GLOB\"] and key = value lines below it)")
+        return ()
+    return tuple(_build_section(LibraryRule, {**table, "glob": glob} if isinstance(table, dict) else table,
+                                f'verify.libraries."{glob}"', problems, where) for glob, table in tables.items())
+
+
 def load(name_or_path: str, root: Path | None = None) -> Recipe:
     """Load, merge and validate one recipe; raise RecipeError listing every problem."""
     path = _find(name_or_path, root or DEFAULT_ROOT)
@@ -132,9 +148,11 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
             problems.add(where("", key), key, f"unknown key ({fix})")
 
     sections = {
-        name: _build_section(cls, raw.get(name, {}), name, problems, where)
+        name: _build_section(cls, _without_rules(raw.get(name, {})) if name == "verify" else raw.get(name, {}),
+                             name, problems, where)
         for name, cls in SECTIONS.items()
     }
+    sections["verify"] = replace(sections["verify"], libraries=_library_rules(raw.get("verify"), problems, where))
     deps = []
     dep_tables = raw.get("deps", {})
     if not isinstance(dep_tables, dict):

@@ -84,12 +84,30 @@ class Dep:
 
 
 @dataclass(frozen=True)
+class LibraryRule:
+    glob: str = _doc("Glob of library paths inside the wheel (`sgl_kernel/sm100/common_ops*`).", "")
+    archs: tuple[str, ...] = _doc("Archs each matching library must cover (SASS, or PTX the driver can JIT: a warning): "
+                                  "`[\"asked\"]` for every asked arch, arch names such as `[\"8.0\", \"9.0\"]` for "
+                                  "a library with its own arch list, `[]` for any device code.",
+                                  factory=lambda: ("asked",))
+    fp4: bool = _doc("Its SASS for every asked FP4-capable arch must hold the `fp4_sass` opcodes.", False)
+    required: bool = _doc("The wheel must contain a library matching `glob`.", False)
+    when_asked: tuple[str, ...] = _doc("The rule applies only when one of these archs is asked (FA3: `[\"9.0a\"]`); "
+                                       "otherwise nothing loads the library on the asked archs and it is only listed.",
+                                       factory=tuple)
+
+
+@dataclass(frozen=True)
 class Verify:
     import_modules: tuple[str, ...] = _doc("Modules that must import in a clean process.", factory=tuple)
     op_namespace: str = _doc("torch.ops namespace of the library's ops.", "")
     ops: tuple[str, ...] = _doc("Ops that must be registered under torch.ops.<namespace>.", factory=tuple)
     fp4_library: str = _doc("Glob (inside the wheel) of the library whose cubins must hold FP4 code.", "")
     fp4_sass: tuple[str, ...] = _doc("Regexes of SASS opcodes that prove FP4 kernels, e.g. `E2M1`.", factory=tuple)
+    libraries_default: str = _doc("Rule for a library no `[verify.libraries]` glob names: `asked` (every asked arch) "
+                                  "or `any` (any device code).", "asked")
+    libraries: tuple[LibraryRule, ...] = _doc("Per-library rules, `[verify.libraries.\"GLOB\"]` tables (see below); "
+                                              "the first matching glob wins.", factory=tuple)
     gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.stages.verify.gpu_checks:minikernel_nvfp4).", "")
 
 

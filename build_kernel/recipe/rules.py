@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from build_kernel.archs import Arch
+from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
 from build_kernel.recipe.model import SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
 
 
+def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
+    if r.verify.libraries_default not in ("asked", "any"):
+        problems.add(where("verify", "libraries_default"), "verify.libraries_default",
+                     f"{r.verify.libraries_default!r} is not one of asked, any (e.g. libraries_default = \"asked\")")
+    for rule in r.verify.libraries:
+        table = f'verify.libraries."{rule.glob}"'
+        for key, values in (("archs", [a for a in rule.archs if a != "asked"]), ("when_asked", rule.when_asked)):
+            try:
+                if values:
+                    parse_arch_list(list(values))
+            except ArchSpellingError as exc:
+                problems.add(where(table, key), f"{table}.{key}", f"{exc} (arch names, or \"asked\" in archs)")
+
+
 def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     """Cross-field rules that a single field's type cannot express."""
+    _check_verify(r, problems, where)
     refused = set(problems.keys)  # a value refused for its type is not also "missing"
     if not r.source.repo and "source.repo" not in refused:
         problems.add(where("source", "repo"), "source.repo", "missing (set the git URL or path to build from)")

@@ -4,6 +4,7 @@ and the record beside the wheel that publish and serve require (report)."""
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 from pathlib import Path
 
@@ -29,9 +30,11 @@ class VerifyStage:
 
     name = "verify"
 
-    def __init__(self, *, gpu_check: str = "", recheck: bool = False, raise_on_failure: bool = True) -> None:
+    def __init__(self, *, gpu_check: str = "", recheck: bool = False, raise_on_failure: bool = True,
+                 static: bool = False) -> None:
         # raise_on_failure=False: the caller (`build-kernel verify`) shows the whole table first.
         self.gpu_check, self.recheck, self.raise_on_failure = gpu_check, recheck, raise_on_failure
+        self.static = static
         self.reports: list[Report] = []
 
     def skip(self, ctx: Context) -> str | None:
@@ -41,12 +44,14 @@ class VerifyStage:
         return f"verify {', '.join(w.name for w in ctx.wheels)}"
 
     def run(self, ctx: Context) -> Done:
-        python = ctx.build_python()
+        # Static checks import nothing: no build environment needed for them.
+        python = (ctx.python or sys.executable) if self.static else ctx.build_python()
         reports = self.reports
         for wheel in ctx.wheels:
             cuda_home = ctx.build.cuda_home if ctx.build and ctx.build.wheel == wheel else wheel_cuda_home(wheel)
             report = checks.verify(wheel, ctx.plan.recipe.verify, ctx.plan.archs, env=ctx.env, python=python,
-                                   gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck)
+                                   gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck,
+                                   static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda)
             if report.from_record:
                 log.info(f"{wheel.name}: verified before with the same checks (record {wheel.name}{RECORD_SUFFIX}; "
                          "--recheck runs them again)")

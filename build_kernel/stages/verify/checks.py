@@ -1,95 +1,188 @@
-"""Verify a built wheel: cubin archs and FP4 SASS (static), import and ops (clean process),
-and a real kernel run against a reference when a GPU of a built arch is present.
+"""Verify a built wheel: device code per library against the recipe's rules (SASS, PTX),
+FP4 SASS opcodes, then (unless static) a clean-process import, ops and a GPU check.
 
 An op being registered proves nothing (upstream registers FP4 ops unconditionally); the
 FP4 kernels are proven by their SASS opcodes in the cubins of the library SM120 loads.
+Only libraries are unpacked for the static checks, each library is read by one
+cuobjdump call, and libraries are looked at in parallel.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import json
+import os
+import re
 import sys
 import tempfile
 import zipfile
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from build_kernel import import_probe
+from build_kernel import import_probe, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
-from build_kernel.stages.verify import cubins, driver_stub
-from build_kernel.stages.verify.report import LibraryReport, Report, checks_digest, reusable, sha256_of, write_record
+from build_kernel.stages.verify import cubins, diagnose, driver_stub
+from build_kernel.stages.verify.report import (
+    LibraryReport,
+    Report,
+    checks_digest,
+    file_stat,
+    reusable,
+    sha256_of,
+    write_record,
+)
+from build_kernel.stages.verify.rules import cover, rule_for, wanted
 
 # build_kernel's parent: on the probe's path after the wheel, for the GPU checks it ships.
 _TOOL_ROOT = Path(__file__).resolve().parents[3]
+_LIBRARY = re.compile(r"\.so(\.\d+)*$")
 
 
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[str, str],
            python: str = sys.executable, gpu_check: str = "", cuda_home: str | None = None,
-           reuse: bool = False) -> Report:
+           reuse: bool = False, static: bool = False, want_cuda: str = "") -> Report:
     """Check one wheel; write `<wheel>.verify.json`; return the report.
 
     `env` is the base of the tools' and the probe's environments (the plan's).
     `reuse`: a passing record of these bytes under the same checks is returned as is.
+    `static`: device code only, no import (a wheel for another torch or CUDA, a host without torch).
+    `want_cuda`: the CUDA the recipe targets; libraries linking another major's CUDA libraries are a warning.
     """
-    sha256 = sha256_of(wheel)
     digest = checks_digest({"spec": spec, "archs": [a.sm for a in archs], "gpu_check": gpu_check or spec.gpu_check,
-                            "python": python})
-    if reuse and (recorded := reusable(wheel, sha256, digest)) is not None:
+                            "python": python, "static": static, "want_cuda": want_cuda})
+    if reuse and (recorded := reusable(wheel, digest)) is not None:
         return recorded
-    report = Report(wheel.name, sha256, [a.sm for a in archs], checks_digest=digest)
+    report = Report(wheel.name, sha256_of(wheel), [a.sm for a in archs], checks_digest=digest, stat=file_stat(wheel),
+                    checks={"archs": True, "ptx": True, "fp4_sass": bool(spec.fp4_sass), "import": not static,
+                            "ops": not static and bool(spec.ops), "gpu": not static and bool(gpu_check or spec.gpu_check)})
     tool = cubins.cuobjdump(env)
     with tempfile.TemporaryDirectory(prefix="bk-verify-") as tmp_str:
         tmp = Path(tmp_str)
         site = tmp / "site"
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(site)
-        libs = sorted(p for p in site.rglob("*.so*") if p.is_file())
-        _static_checks(report, site, libs, spec, archs, tool, env)
-        _import_check(report, site, spec, archs, python, gpu_check, tmp, cuda_home, libs, env)
+        libs, aliases = _unpack(wheel, site, libraries_only=static)
+        _static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
+        _cuda_linked(report, libs, want_cuda)
+        if not static:
+            _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, cuda_home, libs, env)
     write_record(wheel, report)
     return report
 
 
-def _static_checks(report: Report, site: Path, libs: list[Path], spec: Verify, archs: tuple[Arch, ...], tool: str,
-                   env: Mapping[str, str]) -> None:
-    asked = set(report.asked)
-    for so in libs:
-        rel = str(so.relative_to(site))
-        found = cubins.archs(so, tool, env)
-        if not found:
+def _unpack(wheel: Path, site: Path, *, libraries_only: bool) -> tuple[list[Path], dict[Path, list[str]]]:
+    """Extract (in parallel: zlib lets threads run); the unique libraries and their byte-identical aliases."""
+    with zipfile.ZipFile(wheel) as zf:
+        members = [i for i in zf.infolist() if not i.is_dir()]
+        wanted_members = [i for i in members if _LIBRARY.search(i.filename)] if libraries_only else members
+        firsts: dict[tuple[int, int], zipfile.ZipInfo] = {}
+        aliases: dict[Path, list[str]] = {}
+        for info in members:
+            if _LIBRARY.search(info.filename):
+                first = firsts.setdefault((info.CRC, info.file_size), info)
+                if first is not info:
+                    aliases.setdefault(site / first.filename, []).append(info.filename)
+
+    def extract(info: zipfile.ZipInfo) -> None:
+        with zipfile.ZipFile(wheel) as own:  # one handle per thread
+            own.extract(info, site)
+
+    for info in wanted_members:  # folders first: zipfile's own makedirs races between threads
+        (site / info.filename).parent.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(extract, sorted(wanted_members, key=lambda i: -i.file_size)))
+    return sorted(site / i.filename for i in firsts.values()), aliases
+
+
+def _library(so: Path, rel: str, found: cubins.Listing, spec: Verify, archs: tuple[Arch, ...], report: Report
+             ) -> LibraryReport:
+    rule = rule_for(rel, spec)
+    must = wanted(rule, archs)
+    lib = LibraryReport(rel, list(found.cubins), [], [], ptx=list(found.ptx), rule=rule.glob, applies=must is not None)
+    if must is None:
+        return lib
+    for arch in must:
+        got = cover(arch, found)
+        if got.how == "missing":
+            lib.missing.append(arch.sm)
+        elif got.how == "jit":
+            lib.jit.append(arch.sm)
+            report.warnings.append(f"{rel}: {arch.sm} only as {got.detail}: the driver compiles it on first load "
+                                   "(JIT: slow start, and no arch-specific instructions)")
+    if lib.missing:
+        has = ", ".join([*found.cubins, *(f"compute_{p[3:]} PTX" for p in found.ptx)]) or "no device code"
+        report.failures.append(f"{rel}: no cubin or PTX for {', '.join(lib.missing)} (has {has})")
+    lib.extra = sorted(set(found.cubins) - {a.sm for a in archs}) if "asked" in rule.archs else []
+    if lib.extra:
+        report.warnings.append(f"{rel}: code for {', '.join(lib.extra)} was not asked for (wasted build time)")
+    return lib
+
+
+def _static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
+                   archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path) -> None:
+    workers = os.cpu_count() or 2
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        listings = list(pool.map(lambda so: cubins.listing(so, tool, env), libs))
+    for so, found in zip(libs, listings, strict=True):
+        if not found.cubins and not found.ptx:
             continue
-        lib = LibraryReport(rel, found, sorted(asked - set(found)), sorted(set(found) - asked))
-        if lib.missing:
-            report.failures.append(f"{rel}: no cubin for {', '.join(lib.missing)} (has {', '.join(found)})")
-        if lib.extra:
-            report.warnings.append(f"{rel}: code for {', '.join(lib.extra)} was not asked for (wasted build time)")
-        if spec.fp4_library and fnmatch.fnmatch(rel, spec.fp4_library):
-            lib.fp4_matches = {}
-            for sm in (a.sm for a in archs if a.fp4_capable and a.sm in found):
-                for pattern, count in cubins.sass_matches(so, sm, spec.fp4_sass, tool, env).items():
-                    lib.fp4_matches[f"{sm}:{pattern}"] = count
+        rel = str(so.relative_to(site))
+        lib = _library(so, rel, found, spec, archs, report)
+        lib.aliases = aliases.get(so, [])
+        if lib.applies and rule_for(rel, spec).fp4 and spec.fp4_sass:
+            _fp4(report, lib, so, spec, archs, tool, env, tmp, workers)
         report.libraries.append(lib)
     if not report.libraries:
         report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
+    for rule in (*spec.libraries, *([rule_for(spec.fp4_library, spec)] if spec.fp4_library else [])):
+        if rule.required and not any(lib.rule == rule.glob for lib in report.libraries):
+            report.failures.append(f"no library matching {rule.glob} holds device code"
+                                   + (": the FP4 kernels are missing" if rule.fp4 else ""))
+
+
+def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:
+    report.cuda_linked = diagnose.cuda_majors(libs)
+    other = sorted(name for name, major in report.cuda_linked.items() if want_cuda and major != want_cuda.split(".")[0])
+    if other:
+        majors = sorted({report.cuda_linked[n] for n in other})
+        report.warnings.append(f"built for CUDA {'/'.join(majors)} (links {', '.join(other)}); the recipe targets "
+                               f"CUDA {want_cuda}: it will not load on a CUDA {want_cuda.split('.')[0]} stack")
+
+
+def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, archs: tuple[Arch, ...], tool: str,
+         env: Mapping[str, str], tmp: Path, workers: int) -> None:
     fp4_archs = [a for a in archs if a.fp4_capable]
-    if not (spec.fp4_library and spec.fp4_sass and fp4_archs):
-        return
-    hits = [(l, l.fp4_matches) for l in report.libraries if l.fp4_matches is not None]
-    if not hits:
-        report.failures.append(f"no library matching {spec.fp4_library} holds {fp4_archs[0].sm} code: "
-                               "the FP4 kernels are missing")
-    for lib, matches in hits:
-        if not any(matches.values()):
-            report.failures.append(
-                f"{lib.path}: no FP4 instructions ({' / '.join(spec.fp4_sass)}) in its "
-                f"{', '.join(a.sm for a in fp4_archs)} SASS: the FP4 kernels were not compiled "
-                "(ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)")
+    lib.fp4_matches = {}
+    scans = []
+    for arch in (a for a in fp4_archs if a.sm in lib.archs):
+        scan = cubins.fp4_scan(so, arch.sm, spec.fp4_sass, tool, cubins.tool_env(env), tmp / "cubins", workers)
+        lib.fp4_matches.update({f"{arch.sm}:{p}": n for p, n in scan.matches.items()})
+        scans.append(scan.describe(arch.sm))
+    lib.fp4_scanned = "; ".join(scans)
+    if fp4_archs and not any(lib.fp4_matches.values()):
+        where = f"its {', '.join(a.sm for a in fp4_archs)} SASS" if scans else \
+            f"it: no {', '.join(a.sm for a in fp4_archs)} cubin to disassemble"
+        report.failures.append(
+            f"{lib.path}: no FP4 instructions ({' / '.join(spec.fp4_sass)}) in {where}: the FP4 kernels were not "
+            "compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)")
 
 
-def _import_check(report: Report, site: Path, spec: Verify, archs: tuple[Arch, ...], python: str, gpu_check: str,
-                  tmp: Path, cuda_home: str | None, libs: list[Path], env: Mapping[str, str]) -> None:
+def _wheel_torch(wheel: Path) -> str | None:
+    """The torch the wheel was built against: its provenance, else its `torch==` requirement."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        prov = next((n for n in names if n.endswith(".dist-info/build_kernel_provenance.json")), None)
+        if prov:
+            torch = json.loads(zf.read(prov)).get("toolchain", {}).get("torch")
+            return str(torch) if torch else None
+        meta = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
+        text = zf.read(meta).decode(errors="replace") if meta else ""
+    m = re.search(r"^Requires-Dist: torch\s*\(?==\s*([\w.+]+)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _import_check(report: Report, wheel: Path, site: Path, spec: Verify, archs: tuple[Arch, ...], python: str,
+                  gpu_check: str, tmp: Path, cuda_home: str | None, libs: list[Path], env: Mapping[str, str]) -> None:
     stub_dir, report.driver = driver_stub.provide(libs, tmp / "driver", cuda_home, env=env)
     probe = import_probe.run(
         python, spec.import_modules, path=[site, _TOOL_ROOT], base_env=env, cwd=tmp, error=VerifyError,
@@ -100,10 +193,15 @@ def _import_check(report: Report, site: Path, spec: Verify, archs: tuple[Arch, .
         return
     report.imports = {name: probe.outcome(name) for name in probe.imports}
     report.ops_found, report.ops_missing, report.gpu = probe.ops_found, probe.ops_missing, probe.gpu
-    for name, outcome in report.imports.items():
-        if outcome != "ok":
-            report.failures.append(f"import {name} failed: {outcome}")
-    if report.ops_missing:
+    failed = {name: res for name, res in probe.imports.items() if not res.get("ok")}
+    if failed:
+        facts = toolchain.detect(python, env)
+        stack = diagnose.Stack(facts.torch_version, facts.torch_cuda)
+        for name, res in failed.items():
+            report.import_details[name] = str(res.get("detail") or res.get("error"))
+            cause = diagnose.explain(report.import_details[name], stack, wheel_torch=_wheel_torch(wheel))
+            report.failures.append(f"import {name} failed: {cause}")
+    if report.ops_missing and not failed:  # after a failed import, missing ops say nothing more
         report.failures.append(f"ops missing from torch.ops.{spec.op_namespace}: {', '.join(report.ops_missing)}")
     if report.gpu and report.gpu.get("status") == "failed":
         report.failures.append(f"GPU check failed: {report.gpu.get('error')}")

@@ -1,5 +1,10 @@
-"""What the device code in a library is: cubin archs (`cuobjdump --list-elf`) and SASS
-instruction counts (`cuobjdump -sass`, which needs nvdisasm)."""
+"""What the device code in a library is: cubin and PTX archs (`cuobjdump --list-elf
+--list-ptx`), and SASS opcode counts of one arch's cubins (`cuobjdump -xelf` + `nvdisasm`).
+
+Disassembling every cubin of a 370 MB library takes minutes; the FP4 proof needs only
+one instruction of each opcode, so the cubins are disassembled likeliest first, in
+parallel, and the scan stops when every opcode has been seen.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,18 @@ import re
 import shutil
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from build_kernel import log, process
 from build_kernel.errors import VerifyError
 
 NO_DEVICE_CODE = "does not contain device code"
+_FP4_NAME = re.compile(r"fp4|e2m1|nvfp4|mxf4", re.IGNORECASE)
 
 
 def find_tool(name: str, env: Mapping[str, str]) -> str | None:
@@ -51,17 +62,89 @@ def cuobjdump(env: Mapping[str, str]) -> str:
     return found
 
 
-def archs(so: Path, tool: str, env: Mapping[str, str]) -> list[str]:
-    proc = process.run([tool, "--list-elf", so], error=VerifyError, what=f"cuobjdump --list-elf {so.name}", env=env,
-                       check=False)
+@dataclass(frozen=True)
+class Listing:
+    """The device code of one library: cubin archs and PTX archs (`sm_90` = compute_90 PTX)."""
+
+    cubins: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+
+def listing(so: Path, tool: str, env: Mapping[str, str]) -> Listing:
+    """One `cuobjdump --list-elf --list-ptx` call (the library is read once)."""
+    proc = process.run([tool, "--list-elf", "--list-ptx", so], error=VerifyError, what=f"cuobjdump --list-elf {so.name}",
+                       env=env, check=False)
     if proc.returncode and NO_DEVICE_CODE not in proc.stderr + proc.stdout:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise VerifyError(f"cuobjdump --list-elf {so.name} failed: {tail}")
-    return sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", proc.stdout)))
+    return Listing(tuple(sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", proc.stdout)))),
+                   tuple(sorted(set(re.findall(r"\.(sm_\d+[af]?)\.ptx", proc.stdout)))))
+
+
+def archs(so: Path, tool: str, env: Mapping[str, str]) -> list[str]:
+    return list(listing(so, tool, env).cubins)
+
+
+@dataclass
+class Scan:
+    """SASS matches per pattern in the cubins disassembled, and how many there were."""
+
+    matches: dict[str, int]
+    scanned: int
+    total: int
+
+    def describe(self, arch: str) -> str:
+        stop = "" if self.scanned == self.total else " (stopped: every opcode found)"
+        return f"{self.scanned} of {self.total} {arch} cubins disassembled{stop}"
+
+
+def _fp4_first(cubin: Path) -> tuple[int, int]:
+    """Order: cubins whose kernels are named for FP4 first (names only order the search;
+    the opcodes are the proof), then the larger ones."""
+    with cubin.open("rb") as fh:
+        symtab = ELFFile(fh).get_section_by_name(".symtab")
+        names = [s.name for s in symtab.iter_symbols()] if isinstance(symtab, SymbolTableSection) else []
+    return (-sum(1 for n in names if _FP4_NAME.search(n)), -cubin.stat().st_size)
+
+
+def _count(cubin: Path, nvdisasm: str, patterns: tuple[str, ...], env: Mapping[str, str]) -> dict[str, int]:
+    proc = process.run([nvdisasm, cubin], error=VerifyError, what=f"nvdisasm {cubin.name}", env=env, check=False)
+    if proc.returncode:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise VerifyError(f"nvdisasm {cubin.name} failed: {tail}", hint="install nvidia-cuda-nvdisasm matching cuobjdump")
+    return {p: len(re.findall(p, proc.stdout)) for p in patterns}
+
+
+def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Mapping[str, str], workdir: Path,
+             workers: int) -> Scan:
+    """Disassemble `arch`'s cubins of `so`, likeliest first, in parallel, until every pattern is
+    found (all of them when one never is: absence needs every cubin)."""
+    out = workdir / f"{so.name}.{arch}"
+    out.mkdir(parents=True, exist_ok=True)
+    process.run([tool, "-arch", arch, "-xelf", "all", so.resolve()], error=VerifyError,
+                what=f"cuobjdump -xelf {so.name}", cwd=out, env=env)
+    cubins = sorted(out.glob("*.cubin"), key=_fp4_first)
+    nvdisasm = find_tool("nvdisasm", env)
+    if nvdisasm is None:
+        raise VerifyError("nvdisasm not found", hint="pip install nvidia-cuda-nvdisasm (the FP4 check disassembles SASS)")
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending = [pool.submit(_count, c, nvdisasm, patterns, env) for c in cubins]
+        seen = {p: 0 for p in patterns}
+        for future in as_completed(pending):
+            for p, n in future.result().items():
+                seen[p] += n
+            if all(seen.values()):
+                for other in pending:
+                    other.cancel()
+                break
+    # Leaving the pool waited for the ones already running: they count too.
+    ran = [f for f in pending if not f.cancelled()]
+    total = {p: sum(f.result()[p] for f in ran) for p in patterns}
+    return Scan(total, len(ran), len(cubins))
 
 
 def sass_matches(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Mapping[str, str]) -> dict[str, int]:
-    """How many SASS instructions of `arch` match each pattern."""
+    """How many SASS instructions of `arch` match each pattern (the whole library)."""
     proc = process.run([tool, "-sass", "-arch", arch, so], error=VerifyError, what=f"cuobjdump -sass {so.name}",
                        env=tool_env(env), check=False)
     if proc.returncode:

@@ -26,6 +26,15 @@ class LibraryReport:
     missing: list[str]
     extra: list[str]
     fp4_matches: dict[str, int] | None = None
+    ptx: list[str] = field(default_factory=list)
+    # Asked archs only PTX covers: the driver compiles them on first load.
+    jit: list[str] = field(default_factory=list)
+    rule: str = "default"
+    # False: the rule does not apply to the asked archs (nothing loads it there); listed only.
+    applies: bool = True
+    fp4_scanned: str = ""
+    # Byte-identical copies (lib/x.so, x.so.0, x.so.0.6.0: wheels cannot hold symlinks).
+    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -42,6 +51,14 @@ class Report:
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checks_digest: str = ""
+    # Which checks ran: static (archs, PTX, FP4 SASS) always; import, ops and GPU unless --static.
+    checks: dict[str, bool] = field(default_factory=dict)
+    # The loader's whole message per failed import (the failure line has the one-line cause).
+    import_details: dict[str, str] = field(default_factory=dict)
+    # CUDA libraries the wheel links, soname -> CUDA major (libnvrtc.so.12 -> 12).
+    cuda_linked: dict[str, str] = field(default_factory=dict)
+    # Size and mtime of the bytes verified: an unchanged file is not hashed again to reuse the record.
+    stat: dict[str, int] = field(default_factory=dict)
     # True when this report is the record of an earlier run on the same bytes and checks.
     from_record: bool = False
 
@@ -93,10 +110,21 @@ def read_record(wheel: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def reusable(wheel: Path, sha256: str, digest: str) -> Report | None:
-    """The passing record of these bytes under these checks; None when they must run."""
+def file_stat(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def reusable(wheel: Path, digest: str) -> Report | None:
+    """The passing record of these bytes under these checks; None when they must run.
+
+    As git's index does, an unchanged size, mtime and inode stand for unchanged bytes (hashing
+    a 535 MB wheel takes a second); otherwise the sha256 decides.
+    """
     data = read_record(wheel)
-    if not data or data.get("sha256") != sha256 or data.get("checks_digest") != digest or not data.get("passed"):
+    if not data or data.get("checks_digest") != digest or not data.get("passed"):
+        return None
+    if data.get("stat") != file_stat(wheel) and data.get("sha256") != sha256_of(wheel):
         return None
     report = Report.from_dict(data)
     report.from_record = True
@@ -113,9 +141,12 @@ def require_verified(wheel: Path, *, force: bool = False) -> dict[str, object]:
         problem = f"{wheel.name} changed since it was verified"
     elif not data.get("passed"):
         problem = f"{wheel.name} failed verification: {'; '.join(data.get('failures', []))}"
+    elif not data.get("checks", {}).get("import", True):
+        problem = f"{wheel.name} was verified statically only (no import check)"
     else:
         return dict(data)
     if force:
         log.warn(f"{problem}: going on because of --force")
         return {}
-    raise VerifyError(problem, hint=f"run `build-kernel verify {wheel}` (or pass --force to override)")
+    raise VerifyError(problem, hint=f"run `build-kernel verify {wheel}` without --static (or pass --force to override)"
+                      if "statically" in problem else f"run `build-kernel verify {wheel}` (or pass --force to override)")

@@ -1,0 +1,147 @@
+"""Verify on real wheels the tests make: PTX only for the asked arch, a CUDA 12 library that
+is not installed, torch symbols of another torch; static mode; the record reused.
+
+The libraries are compiled here for real (nvcc for device code, g++ for host code) and
+packed with `wheel pack`; the loader errors are the real dynamic loader's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from build_kernel import toolchain
+from build_kernel.archs import parse_arch_list
+from build_kernel.errors import VerifyError
+from build_kernel.recipe import LibraryRule, Verify
+from build_kernel.stages.verify import checks
+from build_kernel.stages.verify.report import require_verified
+
+ARCH = parse_arch_list("12.0a")
+KERNEL = "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
+LOADER = "import ctypes, pathlib\nctypes.CDLL(str(pathlib.Path(__file__).parent / 'libwork.so'))\n"
+
+
+def nvcc() -> str:
+    found = toolchain.find_nvcc(dict(os.environ))
+    if not found:
+        pytest.skip("no nvcc: these wheels hold device code compiled here")
+    return found
+
+
+def make_wheel(tmp: Path, name: str, lib: Path, *, provenance_torch: str | None = None) -> Path:
+    """A real wheel: package `name` whose import loads `libwork.so` with the dynamic loader."""
+    root = tmp / f"{name}-0.1"
+    pkg, info = root / name, root / f"{name}-0.1.dist-info"
+    pkg.mkdir(parents=True)
+    info.mkdir()
+    (pkg / "__init__.py").write_text(LOADER)
+    (pkg / "libwork.so").write_bytes(lib.read_bytes())
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n")
+    if provenance_torch:
+        (info / "build_kernel_provenance.json").write_text(json.dumps({"toolchain": {"torch": provenance_torch}}))
+    out = tmp / "dist"
+    out.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(root)], check=True, capture_output=True)
+    [wheel] = list(out.glob(f"{name}-*.whl"))
+    return wheel
+
+
+def cuda_lib(tmp: Path, gencode: str, *link: str) -> Path:
+    src = tmp / "work.cu"
+    src.write_text(KERNEL)
+    out = tmp / f"libwork-{abs(hash((gencode, link)))}.so"
+    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", f"-gencode={gencode}", "-o", str(out), str(src), *link],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.slow
+def test_ptx_only_for_the_asked_arch_is_a_warning_and_no_code_is_a_failure(tmp_path: Path) -> None:
+    spec = Verify(import_modules=("ptxonly",))
+    wheel = make_wheel(tmp_path, "ptxonly", cuda_lib(tmp_path, "arch=compute_120a,code=compute_120a"))
+    report = checks.verify(wheel, spec, ARCH, env=os.environ)
+    assert report.passed, report.failures
+    [lib] = report.libraries
+    assert lib.archs == [] and lib.ptx == ["sm_120a"] and lib.jit == ["sm_120a"]
+    assert any(w.startswith("ptxonly/libwork.so: sm_120a only as compute_120a PTX: the driver compiles it on first load")
+               for w in report.warnings)
+    hopper = make_wheel(tmp_path / "h", "hopperonly", cuda_lib(tmp_path, "arch=compute_90a,code=sm_90a"))
+    failed = checks.verify(hopper, Verify(), ARCH, env=os.environ, static=True)
+    assert failed.failures == ["hopperonly/libwork.so: no cubin or PTX for sm_120a (has sm_90a)"]
+    # A rule that says nothing loads it on the asked archs: listed, not failed.
+    ruled = checks.verify(hopper, Verify(libraries=(LibraryRule(glob="hopperonly/*", when_asked=("9.0a",)),)), ARCH,
+                          env=os.environ, static=True)
+    assert ruled.passed and not ruled.libraries[0].applies
+
+
+@pytest.mark.slow
+def test_a_cuda_12_library_that_is_absent_names_both_cudas(tmp_path: Path) -> None:
+    # A real libnvrtc.so.12 to link against, left out of the wheel: as a CUDA 12 build met on a CUDA 13 stack.
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    (stub_dir / "nvrtc.c").write_text("int nvrtcVersion(int* a, int* b) { *a = 12; *b = 8; return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", str(stub_dir / "libnvrtc.so.12"),
+                    str(stub_dir / "nvrtc.c")], check=True)
+    (tmp_path / "uses.cu").write_text(KERNEL + 'extern "C" int nvrtcVersion(int*, int*);\n'
+                                      'extern "C" int version() { int a, b; return nvrtcVersion(&a, &b); }\n')
+    lib = tmp_path / "libcuda12.so"
+    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
+                    str(tmp_path / "uses.cu"), f"-L{stub_dir}", "-l:libnvrtc.so.12"], check=True, capture_output=True)
+    wheel = make_wheel(tmp_path, "cuda12", lib)
+    report = checks.verify(wheel, Verify(import_modules=("cuda12",)), ARCH, env=os.environ, want_cuda="13.0")
+    facts = toolchain.detect(sys.executable, os.environ)
+    assert report.failures == [f"import cuda12 failed: built for CUDA 12 (needs libnvrtc.so.12); this stack is CUDA "
+                               f"{facts.torch_cuda} (torch {facts.torch_version}): build it with the recipe"]
+    assert "libnvrtc.so.12: cannot open shared object file" in report.import_details["cuda12"]
+    assert report.cuda_linked["libnvrtc.so.12"] == "12"
+    # Statically: it passes (its device code is right) but says which CUDA it needs.
+    static = checks.verify(wheel, Verify(import_modules=("cuda12",)), ARCH, env=os.environ, static=True,
+                           want_cuda="13.0")
+    assert static.passed and static.checks["import"] is False
+    assert any(w.startswith("built for CUDA 12 (links libnvrtc.so.12); the recipe targets CUDA 13.0") for w in static.warnings)
+
+
+@pytest.mark.slow
+def test_torch_symbols_of_another_torch_name_both_torches(tmp_path: Path) -> None:
+    # A symbol of c10's namespace that this torch does not export, as a library built against
+    # another torch has; its provenance names that torch.
+    (tmp_path / "other.cu").write_text(KERNEL + "namespace c10 { void SymbolOnlyIn299(); }\n"
+                                       "extern \"C\" void touch() { c10::SymbolOnlyIn299(); }\n")
+    lib = tmp_path / "libother.so"
+    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o",
+                    str(lib), str(tmp_path / "other.cu")], check=True, capture_output=True)
+    wheel = make_wheel(tmp_path, "othertorch", lib, provenance_torch="2.99.0+cu130")
+    report = checks.verify(wheel, Verify(import_modules=("othertorch",)), ARCH, env=os.environ)
+    facts = toolchain.detect(sys.executable, os.environ)
+    [failure] = report.failures
+    assert failure == (f"import othertorch failed: built against torch 2.99.0+cu130, this stack has torch "
+                       f"{facts.torch_version} (undefined symbol c10::SymbolOnlyIn299()): build it with the recipe")
+    assert "undefined symbol: _ZN3c1015SymbolOnlyIn299Ev" in report.import_details["othertorch"]
+
+
+@pytest.mark.slow
+def test_the_record_is_reused_for_the_same_bytes_and_checks_only(tmp_path: Path) -> None:
+    spec = Verify(import_modules=("ptxonly",))
+    wheel = make_wheel(tmp_path, "ptxonly", cuda_lib(tmp_path, "arch=compute_120a,code=sm_120a"))
+    first = checks.verify(wheel, spec, ARCH, env=os.environ, reuse=True)
+    assert first.passed and not first.from_record
+    again = checks.verify(wheel, spec, ARCH, env=os.environ, reuse=True)
+    assert again.from_record and again.to_dict()["libraries"] == first.to_dict()["libraries"]
+    # Other checks (static) run; a touched file with the same bytes is hashed and reused; other bytes run.
+    assert not checks.verify(wheel, spec, ARCH, env=os.environ, reuse=True, static=True).from_record
+    os.utime(wheel, ns=(1, 1))
+    assert checks.verify(wheel, spec, ARCH, env=os.environ, reuse=True, static=True).from_record
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("ptxonly/extra.txt", "changed")
+    assert not checks.verify(wheel, spec, ARCH, env=os.environ, reuse=True, static=True).from_record
+    # A static-only record does not let publish through.
+    with pytest.raises(VerifyError, match="verified statically only"):
+        require_verified(wheel)
