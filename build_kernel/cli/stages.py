@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from build_kernel import log, stages
 from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
-from build_kernel.stages.build import BuildStage
-from build_kernel.stages.fetch import FetchStage
-from build_kernel.stages.patch import PatchStage
-from build_kernel.stages.verify import VerifyStage
-from build_kernel.stages.verify.report import Report
+
+if TYPE_CHECKING:
+    from build_kernel.stages.verify.report import Report
+
+# Stage modules are imported by the command that runs them: a cache-hit `build` does not
+# pay for verify's ELF reader, nor `verify` for the build's.
 
 
 @click.command("fetch")
@@ -24,6 +26,9 @@ from build_kernel.stages.verify.report import Report
 @click.pass_obj
 def fetch_cmd(opts: Options, offline: bool) -> None:
     """Fetch the pinned source and apply the patch series (cached by commit + series)."""
+    from build_kernel.stages.fetch import FetchStage
+    from build_kernel.stages.patch import PatchStage
+
     ctx = stages.run(stages.Context(opts.plan(), offline=offline), [FetchStage(), PatchStage()])
     tree = ctx.tree
     assert tree is not None
@@ -39,6 +44,10 @@ def fetch_cmd(opts: Options, offline: bool) -> None:
 @click.pass_obj
 def build_cmd(opts: Options, offline: bool, force: bool) -> None:
     """Fetch, patch and build the wheel (cached by every input)."""
+    from build_kernel.stages.build import BuildStage
+    from build_kernel.stages.fetch import FetchStage
+    from build_kernel.stages.patch import PatchStage
+
     ctx = stages.run(stages.Context(opts.plan(), offline=offline, force=force),
                      [FetchStage(), PatchStage(), BuildStage()])
     result = ctx.build
@@ -85,6 +94,8 @@ def _report_table(report: Report) -> Table:
 @click.pass_obj
 def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool) -> None:
     """Check a wheel: cubin/PTX archs per library, FP4 SASS, clean import, ops, GPU run (build env's python)."""
+    from build_kernel.stages.verify import VerifyStage
+
     p = opts.plan()
     stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False, static=static)
     ctx = stages.Context(p, wheels=[wheel or newest_wheel(p)])
