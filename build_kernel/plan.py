@@ -146,7 +146,10 @@ def resolve(
             if n < 1:
                 raise ValueError
         except ValueError:
-            raise RecipeError([f"{jobs_source}: jobs: {jobs_value!r} is not a positive number (or use auto)"]) from None
+            fix = ("pass --jobs N with N >= 1, or leave it out for the recipe's" if jobs_source == "command line"
+                   else f"e.g. {jobs_source.split()[-1]}=8 or {jobs_source.split()[-1]}=auto" if jobs_source.startswith("environment")
+                   else 'e.g. jobs = 8 or jobs = "auto"')
+            raise RecipeError([f"{jobs_source}: jobs: {jobs_value} is not a positive number ({fix})"]) from None
         job_plan = JobPlan(n, f"jobs = {n} (set by {jobs_source})", b.job_memory_gb, jobs_source)
     cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
     output, _ = _pick(output_dir, env, "BUILD_KERNEL_OUTPUT_DIR", None)

@@ -60,7 +60,14 @@ def _failure(error: type[BuildKernelError], what: str, argv: Sequence[str], code
     return error(redact(message, secrets), hint=redact(fix, secrets) if fix else None)
 
 
-def _not_found(error: type[BuildKernelError], what: str, program: str, fix: str | None) -> BuildKernelError:
+def _not_found(error: type[BuildKernelError], what: str, program: str, fix: str | None,
+               cwd: Path | None = None, exc: OSError | None = None) -> BuildKernelError:
+    """The program, or the folder it was to run in, is not there (or not runnable): which one."""
+    if cwd is not None and not Path(cwd).is_dir():
+        return error(f"{what}: the folder to run {Path(program).name} in, {cwd}, does not exist",
+                     hint="a cache folder was removed while in use? run again")
+    if isinstance(exc, PermissionError):
+        return error(f"{what}: {program} is not executable ({exc.strerror})", hint=f"chmod +x {program}, or reinstall it")
     return error(f"{what}: {program} not found", hint=fix or f"install {Path(program).name} or put it on PATH")
 
 
@@ -85,8 +92,8 @@ def run(
             argv, cwd=cwd, env=dict(env) if env is not None else None, input=stdin,
             capture_output=True, text=True, timeout=timeout, check=False,
         )
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        raise _not_found(error, what, argv[0], fix) from None
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        raise _not_found(error, what, argv[0], fix, cwd, exc) from None
     except subprocess.TimeoutExpired:
         raise error(redact(f"{what}: `{shlex.join(argv)}` did not finish in {timeout:g} s", secrets), hint=fix) from None
     if log is not None:
@@ -142,8 +149,9 @@ def stream(
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            raise _not_found(error, what, argv[0], fix) from None
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            fh.write(f"[not started: {exc.strerror}]\n")
+            raise _not_found(error, what, argv[0], fix, cwd, exc) from None
         assert proc.stdout is not None
         try:
             with proc.stdout:
@@ -225,7 +233,7 @@ def spawn(cmd: Sequence[str | Path], *, error: type[BuildKernelError] = BuildKer
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=fh,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         fh.close()
-        raise _not_found(error, what, argv[0], fix) from None
+        raise _not_found(error, what, argv[0], fix, cwd, exc) from None
     return Spawned(proc, argv, log, fh)

@@ -120,7 +120,9 @@ def _convert(f: Field[Any], convert: Callable[[Any], Any], value: Any) -> Any:
 
 def _build_section(cls: type, table: Any, section: str, problems: _Problems, where: Any) -> Any:
     if not isinstance(table, dict):
-        problems.add(where(section, ""), section, f"must be a table, not {_toml(table)} (write [{section}] and key = value lines below it)")
+        # A top-level `section = value` sits on its own line; a [deps.x]-style table on its header.
+        problems.add(where("" if "." not in section else section, section if "." not in section else ""), section,
+                     f"must be a table, not {_toml(table)} (write [{section}] and key = value lines below it)")
         return cls()
     known = _fields_of(cls)
     values: dict[str, Any] = {}

@@ -101,7 +101,7 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
         return data, origins
     line = _line_of(text, "", "extends")
     if not isinstance(parent_name, str):
-        raise RecipeError([f"{path}:{line}: extends: must be a recipe name string"])
+        raise RecipeError([f"{path}:{line}: extends: must be a recipe name string (e.g. extends = \"nightly-cu130\", or a .toml path)"])
     # A name is a sibling; a path (a site's overlay of a shipped recipe) is relative to this file.
     by_path = parent_name.endswith(".toml") or "/" in parent_name
     parent_path = (path.parent / parent_name).resolve() if by_path else path.parent / f"{parent_name}.toml"

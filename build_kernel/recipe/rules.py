@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
 from build_kernel.recipe.model import SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
@@ -20,13 +22,16 @@ def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
                 if values:
                     parse_arch_list(list(values))
             except ArchSpellingError as exc:
-                problems.add(where(table, key), f"{table}.{key}", f"{exc} (arch names, or \"asked\" in archs)")
+                fix = 'arch names, or "asked"' if key == "archs" else 'arch names, e.g. ["9.0a"]'
+                problems.add(where(table, key), f"{table}.{key}", f"{exc} ({fix})")
 
 
 def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     """Cross-field rules that a single field's type cannot express."""
     _check_verify(r, problems, where)
-    refused = set(problems.keys)  # a value refused for its type is not also "missing"
+    # A value (or a whole section) refused for its type is not also "missing".
+    refused = set(problems.keys) | {f"{section}.{key}" for section in list(problems.keys) if "." not in section
+                                    for key in ("repo", "commit", "series", "version")}
     if not r.source.repo and "source.repo" not in refused:
         problems.add(where("source", "repo"), "source.repo", "missing (set the git URL or path to build from)")
     if "source.commit" not in refused:
@@ -41,7 +46,8 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         elif not (r.series_dir / "series").is_file():
             problems.add(where("patches", "series"), "patches.series",
                          f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
-    if not r.build.arch and "arch" not in (r.raw.get("build") or {}):
+    build_table = r.raw.get("build")
+    if not r.build.arch and "build" not in refused and "arch" not in (build_table if isinstance(build_table, dict) else {}):
         problems.add(where("build", "arch"), "build.arch", "missing (name the archs to build, e.g. [\"12.0a\"])")
     elif r.build.arch and r.build.fp4:
         check_fp4(r.build.arch, lambda msg: problems.add(where("build", "arch"), "build.arch", msg))
@@ -65,9 +71,14 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     if r.build.compile_cache not in ("none", "ccache", "sccache"):
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
+    try:
+        SpecifierSet(r.toolchain.cmake)
+    except InvalidSpecifier:
+        problems.add(where("toolchain", "cmake"), "toolchain.cmake",
+                     f"{r.toolchain.cmake!r} is not a version specifier (e.g. cmake = \">=3.26\")")
     if r.toolchain.cuda_source not in ("auto", "system", "wheels"):
         problems.add(where("toolchain", "cuda_source"), "toolchain.cuda_source",
-                     f"{r.toolchain.cuda_source!r} is not one of auto, system, wheels")
+                     f"{r.toolchain.cuda_source!r} is not one of auto, system, wheels (e.g. cuda_source = \"auto\")")
     for dep in r.deps:
         key = f"deps.{dep.name}"
         if bool(dep.path) == bool(dep.repo):

@@ -245,7 +245,8 @@ def choose(cuda_source: str, system_facts: Facts, torch_cuda: str, archs: Sequen
     not fit, and `wheels` / `auto` that cannot fit either, are one-line ToolchainErrors.
     """
     if cuda_source not in ("auto", "system", "wheels"):
-        raise ToolchainError(f"cuda_source {cuda_source!r} is not one of auto, system, wheels")
+        raise ToolchainError(f"cuda_source {cuda_source!r} is not one of auto, system, wheels",
+                             hint="set [toolchain] cuda_source to auto, system or wheels")
     if not torch_cuda:
         raise ToolchainError("torch has no CUDA (a CPU build?): cannot match a CUDA toolkit to it",
                              hint="install a CUDA build of torch (e.g. +cu130)")

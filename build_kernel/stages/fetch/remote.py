@@ -16,6 +16,7 @@ checkouts) is in mirror.py; `checkout` and `NO_NETWORK` are importable from here
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
@@ -172,7 +173,7 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     path.parent.mkdir(parents=True, exist_ok=True)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
-        raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or pass --allow-floating")
+        raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or set allow_floating = true in [source]")
     with FileLock(str(path) + ".lock"):
         created = not path.exists()
         if created:
@@ -276,12 +277,17 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
         except git.GitCommandError as exc:
             raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
                              hint="check the ref") from None
+    # An annotated tag names a tag object: the commit it points at is what gets checked out.
     sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
+    if sha:
+        sha = mirror.local(repo, "rev-parse", "--verify", "--quiet", f"{local}^{{commit}}").strip() or sha
     if not sha:
         raise FetchError(f"{ref!r} is not in the cached mirror of {where} and --offline forbids fetching it",
                          hint="run once without --offline")
     return sha
 
 
-def worktree_key(commit: str, series_digest: str) -> str:
-    return f"{commit[:12]}-{series_digest[:12]}"
+def worktree_key(commit: str, series_digest: str, paths: Sequence[str] = ()) -> str:
+    """One tree per commit, series and checked-out paths (a sparse tree is not a whole one)."""
+    key = f"{commit[:12]}-{series_digest[:12]}"
+    return f"{key}-{hashlib.sha256(chr(0).join(paths).encode()).hexdigest()[:8]}" if paths else key

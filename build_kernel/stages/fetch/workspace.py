@@ -84,7 +84,7 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
                                       allow_floating=r.source.allow_floating, paths=r.source.paths,
                                       mirrors=plan.mirrors)
     dep_dirs = prepare_deps(plan, offline=offline)
-    final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest)
+    final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest, r.source.paths)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         marker = final / fetch.MARKER
