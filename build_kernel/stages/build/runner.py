@@ -16,13 +16,21 @@ from pathlib import Path
 from build_kernel import log, process
 from build_kernel.errors import BuildError
 
-# What a compile killed by the kernel's OOM killer leaves in the log.
+# What a compile killed by the kernel's OOM killer leaves in the log, most telling first.
 OOM_PATTERNS = (
+    # gcc/g++: the driver survives and names its compiler proper (cc1plus, cc1, lto1).
     re.compile(r"Killed signal terminated program (\S+)"),
-    re.compile(r"'(cicc|ptxas|cudafe\+\+|nvlink|fatbinary)' died due to signal 9"),
-    re.compile(r"died due to signal 9 \(Kill signal\)"),
-    re.compile(r"internal compiler error: Killed"),
+    re.compile(r"internal compiler error: Killed(?: \(program (\S+)\))?"),
+    # nvcc runs each step with system(); when /bin/sh is bash it execs the step, and nvcc names it by the
+    # first word of its command line: `nvcc error   : '"$CICC_PATH/cicc"' died due to signal 9 (Kill signal)`
+    # (nvcc 13.0); ptxas's line starts `ptxas`, hence `'ptxas' died ...`, the form older nvcc gave for all.
+    re.compile(r"""'"?(?:\$\w+/)?([\w+.-]+)"?'( died due to signal 9\b(?: \(Kill signal\))?)"""),
+    # When /bin/sh is dash (Debian, Ubuntu) dash forks the step, reports its SIGKILL as a bare `Killed`
+    # line and exits 137; nvcc then exits 137 saying nothing, so the program is not named anywhere.
+    re.compile(r"(?m)^Killed$"),
 )
+_NVCC_DIED = OOM_PATTERNS[2]
+_NINJA_FAILED = re.compile(r"(?m)^FAILED: (?:\[code=\d+\] )?(.+?)\s*$")  # ninja >= 1.12 adds [code=N]
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 ERROR_LINE = re.compile(r"(error:|error :|fatal error|CMake Error|Error:|nvcc fatal)", re.IGNORECASE)
 # No bar in a log file (CI): a line at most this often, and the last step.
@@ -30,10 +38,17 @@ PLAIN_PROGRESS_EVERY_S = 15.0
 
 
 def oom_killed(output: str) -> str | None:
+    """The OOM kill in a build's output, as one phrase naming the killed program where the output does."""
     for pattern in OOM_PATTERNS:
         m = pattern.search(output)
-        if m:
-            return m.group(0)
+        if not m:
+            continue
+        if pattern is _NVCC_DIED:
+            return f"'{m.group(1)}'{m.group(2)}"  # the program's bare name, not nvcc's `"$CICC_PATH/cicc"`
+        if m.group(0) == "Killed":
+            failed = _NINJA_FAILED.findall(output[:m.start()])
+            return f"Killed: {failed[-1]}" if failed else "Killed"
+        return m.group(0)
     return None
 
 
@@ -81,7 +96,7 @@ def _with_progress(cmd: Sequence[str | Path], env: Mapping[str, str], cwd: Path,
                 log.info(line.rstrip())
 
         return process.stream(cmd, on_line=on_line, error=BuildError, what="building the wheel",
-                              fix="install the build frontend (`build`) in the build environment",
+                              fix="the build environment's python is gone: delete its folder under <cache>/envs and run again",
                               cwd=cwd, env=env, log=log_path)
 
 
