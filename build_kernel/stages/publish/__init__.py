@@ -122,11 +122,12 @@ def publish(
     """Publish every wheel (all refused unless verified), then install each back and import it.
 
     `import_modules`: the recipe's [verify] import_modules; None takes them from each wheel.
-    `python`: the interpreter that installs back and imports (the build env's, with its torch).
+    `python`: the interpreter that installs back and imports (the build env's, with its torch); twine
+    runs in this tool's own environment (the build env has no twine).
     """
     checked = _check(wheels, target, force=force)
     backend: Backend = (StaticDirBackend(target) if target.kind == "static"
-                        else TwineBackend(target, python=python, env=env, log_path=log_path))
+                        else TwineBackend(target, python=sys.executable, env=env, log_path=log_path))
     done: list[Published] = []
     for c in checked:
         status = backend.put(c.wheel, c.version, skip_existing=skip_existing)

@@ -96,7 +96,8 @@ def install_back(target: Target, project: str, version: str, *, modules: Sequenc
     Returns the sha256 of the file pip fetched (None when pip's report lacks it) and the
     import outcome per module; raises PublishError when the round trip does not hold.
     """
-    requirement = f"{project}=={version}"
+    # `===`: under PEP 440 `==1.0` also matches `1.0+local`, another build of the same release.
+    requirement = f"{project}==={version}"
     with tempfile.TemporaryDirectory(prefix="bk-install-back-") as tmp_str:
         tmp = Path(tmp_str)
         site, report, cwd = tmp / "site", tmp / "report.json", tmp / "cwd"

@@ -81,10 +81,6 @@ def listing(so: Path, tool: str, env: Mapping[str, str]) -> Listing:
                    tuple(sorted(set(re.findall(r"\.(sm_\d+[af]?)\.ptx", proc.stdout)))))
 
 
-def archs(so: Path, tool: str, env: Mapping[str, str]) -> list[str]:
-    return list(listing(so, tool, env).cubins)
-
-
 @dataclass
 class Scan:
     """SASS matches per pattern in the cubins disassembled, and how many there were."""
@@ -141,14 +137,3 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
     ran = [f for f in pending if not f.cancelled()]
     total = {p: sum(f.result()[p] for f in ran) for p in patterns}
     return Scan(total, len(ran), len(cubins))
-
-
-def sass_matches(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Mapping[str, str]) -> dict[str, int]:
-    """How many SASS instructions of `arch` match each pattern (the whole library)."""
-    proc = process.run([tool, "-sass", "-arch", arch, so], error=VerifyError, what=f"cuobjdump -sass {so.name}",
-                       env=tool_env(env), check=False)
-    if proc.returncode:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise VerifyError(f"cuobjdump -sass {so.name} failed: {tail}",
-                          hint="install nvidia-cuda-nvdisasm (cuobjdump -sass needs nvdisasm)")
-    return {p: len(re.findall(p, proc.stdout)) for p in patterns}
