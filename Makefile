@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
 
-.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench clean
+.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench mutate clean
 
 help:
 	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
@@ -19,6 +19,7 @@ help:
 	@echo "make wheel RECIPE=nightly-cu130 ARCH=12.0a   build (and verify) a wheel into wheels/"
 	@echo "make publish RECIPE=... TARGET=name|url      upload the recipe's wheel to an index"
 	@echo "make bench     side-by-side benchmarks (bench/)"
+	@echo "make mutate    mutation testing (mutmut) of the safety logic vs the fast tests -> bench/results/mutation.json"
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +57,14 @@ doctor: venv
 
 bench: venv
 	$(BIN)/python bench/run.py
+
+# Not part of `make test`: about an hour on 2 cores. MUTATE_ARGS=--extended: more functions;
+# MUTATE_ARGS=--survivors: re-test only the mutants not killed last time (kept in mutants/).
+MUTATE_ARGS ?=
+mutate: venv
+	$(BIN)/python -m pip install --quiet -e '.[mutate]'
+	$(BIN)/python bench/mutation.py run $(MUTATE_ARGS)
+	$(BIN)/python bench/mutation.py report --label latest $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(VENV) wheels/*.whl wheels/*.verify.json wheels/simple
