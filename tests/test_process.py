@@ -109,3 +109,14 @@ def test_atomic_write_keeps_the_old_content_on_failure_and_the_usual_mode(tmp_pa
     mask = os.umask(0)
     os.umask(mask)
     assert path.read_text() == "new" and (path.stat().st_mode & 0o777) == 0o666 & ~mask
+
+
+def test_a_program_that_is_not_executable_or_a_folder_that_is_gone_is_named(tmp_path: Path) -> None:
+    script = tmp_path / "tool"
+    script.write_text("#!/bin/sh\necho hi\n")  # no exec bit
+    with pytest.raises(BuildError, match=rf"^running the tool: {script} is not executable \(Permission denied\) "
+                                          rf"\(chmod \+x {script}, or reinstall it\)$"):
+        process.run([script], error=BuildError, what="running the tool")
+    gone = tmp_path / "gone"
+    with pytest.raises(BuildError, match=rf"^building: the folder to run python3 in, {gone}, does not exist"):
+        process.run(["python3", "-c", "pass"], error=BuildError, what="building", cwd=gone)
