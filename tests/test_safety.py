@@ -228,8 +228,10 @@ def test_dirty_tree_is_refused_before_anything_is_applied(project: Path, upstrea
     repo, sha = upstream
     plan = make_plan(project, repo, sha, tmp_path / "cache")
     (repo / "README").write_text("local edit\n")
-    with pytest.raises(PatchError, match=r"has uncommitted changes.*clean checkout only"):
+    with pytest.raises(PatchError) as info:
         apply_series(repo, plan.series, "pkg", env=plan.env)
+    assert info.value.render() == (f"{repo} has uncommitted changes (patches apply to a clean checkout only; "
+                                   "use a fresh worktree)")
     assert (repo / "README").read_text() == "local edit\n"  # the user's edit is not thrown away
     assert not (repo / "pkg" / "added.txt").exists()
 
@@ -543,6 +545,10 @@ def test_failed_publish_into_a_new_folder_leaves_no_folder(tmp_path: Path, monke
         pub.publish([make_wheel(tmp_path / "w", "bk-nospace", f"0.1.0{LOCAL}")], target, env=env)
     assert folder / "simple" / "bk-nospace" / "index.html" in written  # simple/ and its project folder were made
     assert not folder.exists() and (tmp_path / "new").is_dir()
+    folder.mkdir()  # a folder that was there (empty) before the failed publish stays
+    with pytest.raises(PublishError, match=r"No space left on device; the folder is unchanged"):
+        pub.publish([make_wheel(tmp_path / "w", "bk-nospace", f"0.1.0{LOCAL}")], target, env=env)
+    assert folder.is_dir() and list(folder.iterdir()) == []
 
 
 @pytest.mark.parametrize("project", ["bk-keep", "bk-other"])  # a changed page, a new page
@@ -581,7 +587,8 @@ def test_wheel_gone_before_its_copy_is_one_error_and_no_change(tmp_path: Path) -
     before = listing(folder)
     gone = tmp_path / "w2" / f"bk_gone-0.2.0{LOCAL}-py3-none-any.whl"  # e.g. the build folder was cleaned meanwhile
     with pytest.raises(PublishError, match=rf"writing {re.escape(gone.name)} into {re.escape(str(folder))} failed: "
-                                           r".*No such file.*; the folder is unchanged"):
+                                           r".*No such file.*; the folder is unchanged \(free space or fix "
+                                           r"permissions, then publish again\)$"):
         pub.StaticDirBackend(target).put(gone, f"0.2.0{LOCAL}", skip_existing=False)
     assert listing(folder) == before
 
@@ -590,8 +597,10 @@ def test_static_folder_that_cannot_be_made_is_one_error(tmp_path: Path) -> None:
     env = clean_env()
     (tmp_path / "a-file").write_text("not a folder\n")
     target = target_for(str(tmp_path / "a-file" / "static"), tmp_path, env)
-    with pytest.raises(PublishError, match=r"cannot create the static index folder .*a-file/static: .*check the path"):
+    with pytest.raises(PublishError) as info:
         pub.publish([make_wheel(tmp_path / "w", "bk-nofolder", f"0.1.0{LOCAL}")], target, env=env)
+    assert info.value.render() == (f"cannot create the static index folder {tmp_path / 'a-file' / 'static'}: "
+                                   "Not a directory (check the path and its permissions)")
 
 
 def test_published_files_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
@@ -639,6 +648,66 @@ def test_tree_is_the_pinned_sparse_subdir_with_its_record(project: Path, upstrea
                                                                                     tree.project)
     whole = workspace.prepare(make_plan(project, repo, sha, tmp_path / "cache", source="sparse = false"))
     assert (whole.root / "README").read_text() == "upstream\n" and whole.root != tree.root  # a tree of its own
+
+
+def test_each_commit_and_series_has_a_tree_of_its_own(project: Path, upstream: tuple[Path, str],
+                                                      tmp_path: Path) -> None:
+    repo, sha = upstream
+    cache = tmp_path / "cache"
+    newer = commit_files(repo, {"pkg/up.cc": "int up() { return 2; }\n"})
+    first = workspace.prepare(make_plan(project, repo, sha, cache))
+    other_commit = workspace.prepare(make_plan(project, repo, newer, cache))
+    edited = {"0001-policy-and-file.patch": PATCH_1, "0002-second-file.patch": PATCH_2.replace("by 0002", "by 0002 v2")}
+    other_series = workspace.prepare(make_plan(project, repo, sha, cache, patches=edited))
+    assert len({first.root, other_commit.root, other_series.root}) == 3
+    assert (other_series.project / "second.txt").read_text() == "added by 0002 v2\n"
+    again = [workspace.prepare(make_plan(project, repo, sha, cache)), workspace.prepare(make_plan(project, repo, newer, cache))]
+    assert [(t.cached, t.root) for t in again] == [(True, first.root), (True, other_commit.root)]  # none evicted another
+
+
+def test_bundled_example_repo_is_made_in_the_cache(project: Path, tmp_path: Path) -> None:
+    from build_kernel import examples
+
+    cache = tmp_path / "cache"
+    sha = examples.commit_of("example:minidep", tmp_path / "elsewhere")  # deterministic: the same commit anywhere
+    write_series(project, "s", "v1", {})
+    write_recipe(project, "ex", f"""
+        [source]
+        repo = "example:minidep"
+        commit = "{sha}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+    """)
+    tree = workspace.prepare(resolve(recipe.load("ex", project), env={}, resources=RES, cache_dir=cache))
+    assert tree.commit == sha and (cache / "examples" / "minidep").is_dir()
+    made = files_of(tree.root)
+    assert json.loads(made.pop(".build-kernel.json"))["commit"] == sha
+    assert made == files_of(cache / "examples" / "minidep")
+
+
+def test_fetch_refuses_a_branch_unless_floating_and_offline_names_the_way(upstream: tuple[Path, str],
+                                                                          tmp_path: Path) -> None:
+    from build_kernel.stages.fetch import remote
+
+    repo, sha = upstream
+    cache = tmp_path / "cache"
+    with pytest.raises(FetchError) as info:
+        remote.ensure_commit(str(repo), "main", cache, offline=False)
+    assert info.value.render() == "'main' is not a full commit SHA (pin a 40-hex SHA, or set allow_floating = true in [source])"
+    with pytest.raises(FetchError) as info:
+        remote.ensure_commit(str(repo), sha, cache, offline=True)
+    assert info.value.render() == (f"{repo} is not in the cache and --offline forbids fetching it (run once without "
+                                   "--offline, or map it to a local mirror ([mirrors] in the user config))")
+    assert not (cache / "mirrors").exists() or not list((cache / "mirrors").glob("*.git"))
+    path, got = remote.ensure_commit(str(repo), sha, cache, offline=False)
+    assert got == sha and path.is_dir()
+    newer = commit_files(repo, {"pkg/up.cc": "int up() { return 3; }\n"})
+    with pytest.raises(FetchError, match=rf"^{newer} is not in the cached mirror of {re.escape(str(repo))} and --offline"):
+        remote.ensure_commit(str(repo), newer, cache, offline=True)
+    assert remote.ensure_commit(str(repo), sha, cache, offline=True) == (path, sha)
 
 
 def test_branch_pin_when_floating_is_allowed(project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
