@@ -1,24 +1,89 @@
-"""Serve: not in this version of build-kernel (sglang flags, systemd unit, health check).
+"""Serve: sglang on the wheel we built, with checked flags (and a unit, a launch, a bench).
 
-The stage is registered so the pipeline's summary says so, and a serve stage can replace
-this one without touching the pipeline.
+Modes: `check` (the pipeline's: preflight, flags, guards, the command), `unit` (a systemd
+unit, verified), `launch` (start, health, smoke; then serve in the foreground unless
+`smoke_only`), `bench` (launch, then sglang.bench_serving at each concurrency, then stop).
+Parts: environment (the serve interpreter), install, preflight, flags, checkpoint,
+backends (known_bad.toml), command, unit, launch, bench.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from build_kernel import log
 from build_kernel.stages import Context, Done
 
-NOT_YET = "not in this version of build-kernel"
+MODES = ("check", "unit", "launch", "bench")
 
 
 class ServeStage:
     name = "serve"
 
+    def __init__(self, mode: str = "check", *, model: str | None = None, force: bool = False,
+                 unit_path: Path | None = None, install: bool = False, flags_only: bool = False,
+                 smoke_only: bool = False) -> None:
+        assert mode in MODES
+        self.mode, self.model, self.force, self.unit_path = mode, model, force, unit_path
+        self.install, self.flags_only, self.smoke_only = install, flags_only, smoke_only
+        self.result: dict[str, Any] = {}
+
     def skip(self, ctx: Context) -> str | None:
-        return NOT_YET
+        if not (self.model or ctx.plan.recipe.serve.model):
+            return "no [serve] model in the recipe"
+        return None
 
     def title(self, ctx: Context) -> str:
-        return "serve"
+        return f"serve {self.model or ctx.plan.recipe.serve.model} ({self.mode})"
 
-    def run(self, ctx: Context) -> Done:  # pragma: no cover - skip() always answers
-        return Done(NOT_YET)
+    def run(self, ctx: Context) -> Done:
+        from build_kernel.errors import ServeError
+        from build_kernel.stages.serve import command, install
+
+        if not ctx.wheels:
+            raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
+        wheel, python = ctx.wheels[0], ctx.build_python()
+        if self.install:
+            install.install(ctx.plan, python, wheel, flags_only=self.flags_only)
+        cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
+        self.result = {"mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
+        self.result.pop("env")
+        for note in cmd.notes:
+            log.info(f"note: {note}")
+        if self.mode == "unit":
+            self._unit(ctx, cmd)
+        elif self.mode in ("launch", "bench"):
+            self._launch(ctx, cmd, wheel)
+        return Done("checked" if self.mode == "check" else self.mode, {"sglang": cmd.sglang})
+
+    def _unit(self, ctx: Context, cmd: Any) -> None:
+        from build_kernel.stages.serve import unit
+
+        name = unit.unit_name(ctx.plan.recipe.name)
+        text = unit.render(cmd.argv, ctx.plan.recipe.serve.env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s,
+                           description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
+        self.result["unit"] = {"name": f"{name}.service", "text": text,
+                               "verified": unit.verify(text, name, ctx.plan.env) or "systemd-analyze verify passed"}
+        if self.unit_path is not None:
+            unit.write(text, self.unit_path)
+            self.result["unit"]["path"] = str(self.unit_path)
+
+    def _launch(self, ctx: Context, cmd: Any, wheel: Path) -> None:
+        from build_kernel.stages.serve import bench, launch, preflight
+
+        serve = ctx.plan.recipe.serve
+        log_path = ctx.plan.cache_dir / "logs" / f"serve-{ctx.plan.recipe.name}.log"
+        with launch.running(cmd.argv, cmd.env, host=serve.host, port=serve.port, timeout=serve.health_timeout_s,
+                            log_path=log_path) as (server, launched):
+            self.result["server"] = launched.to_dict()
+            if self.mode == "bench":
+                rows = bench.run(cmd.python, cmd.env, host=serve.host, port=serve.port, model=cmd.model, serve=serve,
+                                 out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path)
+                out = wheel.with_name(wheel.name + ".serve-bench.json")
+                bench.write(out, rows, provenance=preflight.wheel_record(wheel)[1], launched=launched.to_dict(),
+                            argv=cmd.argv)
+                self.result["bench"], self.result["bench_file"] = rows, str(out)
+            elif not self.smoke_only:
+                log.info(f"serving on {launched.url} (Ctrl-C stops it)")
+                launch.serve_foreground(server)

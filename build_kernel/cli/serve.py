@@ -1,0 +1,72 @@
+"""`build-kernel serve`: sglang on the recipe's wheel — check, unit, launch, bench."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from build_kernel import stages
+from build_kernel.cli.options import Options, emit, newest_wheel, shared_options
+
+
+def _human(result: dict[str, Any]) -> str:
+    lines: list[str] = []  # notes and forced refusals went to stderr as they happened
+    unit = result.get("unit")
+    if unit:
+        lines += [f"# {unit['name']}: {unit['verified']}" + (f", written to {unit['path']}" if "path" in unit else "")]
+        if "path" not in unit:
+            lines.append(unit["text"])
+    elif "server" in result:
+        s = result["server"]
+        lines.append(f"healthy after {s['seconds_to_healthy']} s; smoke {s['smoke']['tokens']} tokens at "
+                     f"{s['smoke']['tokens_per_s']} tokens/s")
+        for row in result.get("bench", []):
+            lines.append(f"C={row['concurrency']}: {row['output_throughput']} output tokens/s, "
+                         f"mean TTFT {row['mean_ttft_ms']} ms")
+        if "bench_file" in result:
+            lines.append(f"results: {result['bench_file']}")
+    else:
+        lines.append(shlex.join(result["argv"]))
+    return "\n".join(lines)
+
+
+@click.command("serve")
+@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@shared_options
+@click.option("--model", metavar="PATH|ID", help="Model folder or hub id (default: the recipe's [serve] model).")
+@click.option("--dry-run", "mode", flag_value="check", default=True,
+              help="Check everything and print the command (the default).")
+@click.option("--unit", "unit", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Render the systemd unit (verified with systemd-analyze); write it to FILE atomically.")
+@click.option("--launch", "mode", flag_value="launch", help="Start the server, wait for /health_generate, smoke "
+              "/generate, then serve in the foreground (Ctrl-C stops it).")
+@click.option("--bench", "mode", flag_value="bench", help="Launch, then sglang.bench_serving at each "
+              "[serve] bench_concurrency; results beside the wheel.")
+@click.option("--smoke-only", is_flag=True, help="With --launch: stop after the smoke request.")
+@click.option("--install", is_flag=True, help="First install the wheel and sglang (pinned) into the serve "
+              "interpreter, keeping its torch.")
+@click.option("--flags-only", is_flag=True, help="With --install: only what sglang's flag parser needs (no GPU here).")
+@click.option("--force", is_flag=True, help="Serve despite a refusal (unverified wheel, known-bad backend): loudly.")
+@click.pass_obj
+def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, unit: str | None, smoke_only: bool,
+              install: bool, flags_only: bool, force: bool) -> None:
+    """Serve the recipe's model with the wheel we built: checked flags, systemd unit, launch, bench."""
+    from build_kernel.stages.serve import ServeStage
+
+    if flags_only and not install:
+        raise click.UsageError("--flags-only goes with --install")
+    if unit is not None:
+        mode = "unit"
+    p = opts.plan()
+    stage = ServeStage(mode, model=model, force=force, unit_path=None if unit in (None, "-") else Path(unit),
+                       install=install, flags_only=flags_only, smoke_only=smoke_only)
+    if stage.skip(stages.Context(p)) is not None:
+        raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] model: pass --model PATH|ID")
+    stages.run(stages.Context(p, wheels=[wheel or newest_wheel(p)]), [stage])
+    emit(opts, stage.result, _human(stage.result))
+
+
+COMMANDS = (serve_cmd,)

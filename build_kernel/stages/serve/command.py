@@ -1,0 +1,83 @@
+"""The server's command line, checked: preflight, sglang's parser, the checkpoint, per-arch refusals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_kernel import log
+from build_kernel.errors import ServeError
+from build_kernel.plan import Plan
+from build_kernel.stages.serve import backends, checkpoint, environment, flags, preflight
+
+
+@dataclass
+class ServeCommand:
+    argv: list[str]
+    env: dict[str, str]
+    model: str
+    python: str
+    notes: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    forced: list[str] = field(default_factory=list)
+    preflight: dict[str, Any] = field(default_factory=dict)
+    sglang: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _model(plan: Plan, override: str | None) -> str:
+    model = override or plan.recipe.serve.model
+    if not model:
+        raise ServeError("nothing to serve: the recipe's [serve] names no model", hint="set [serve] model, or pass --model PATH")
+    looks_local = model.startswith(("/", ".", "~")) or Path(model).exists()
+    if looks_local and not Path(model).expanduser().is_dir():
+        raise ServeError(f"model folder {model} does not exist", hint="pass --model with a checkpoint folder or a hub id")
+    return str(Path(model).expanduser().resolve()) if looks_local else model
+
+
+def _refuse_or_force(problems: list[str], force: bool, forced: list[str]) -> None:
+    if not problems:
+        return
+    if not force:
+        more = f" (and {len(problems) - 1} more)" if problems[1:] else ""
+        raise ServeError(f"refusing {problems[0]}{more}",
+                         hint="change [serve] args, or pass --force to serve anyway, at your own risk")
+    for p in problems:
+        log.warn(f"FORCED: {p}")
+        forced.append(p)
+
+
+def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = None, force: bool = False) -> ServeCommand:
+    serve = plan.recipe.serve
+    python = environment.python_for(plan, build_python)
+    env = environment.server_env(plan)
+    module = (plan.recipe.verify.import_modules or ("sgl_kernel",))[0].split(".")[0]
+    installed = environment.inspect(python, module, env)
+    pre = preflight.check(wheel, module, installed, sglang_pin=plan.recipe.toolchain.sglang, force=force)
+    cmd = ServeCommand([], env, _model(plan, model), python, notes=[n for n in pre.notes if n],
+                       preflight=pre.to_dict())
+    args = ["--model-path", cmd.model, "--host", serve.host, "--port", str(serve.port), *serve.args]
+    cache = plan.cache_dir / "serve" / "flags"
+    parsed = flags.parse(python, args, env, cache_dir=cache)
+    cmd.sglang = parsed.sglang
+    if Path(cmd.model).is_dir():
+        advice = checkpoint.advise(checkpoint.read(Path(cmd.model)), parsed.given("quantization"),
+                                   parsed.given("kv_cache_dtype"))
+        _refuse_or_force(advice.conflicts, force, cmd.forced)
+        if advice.add:
+            args += advice.add
+            cmd.added, cmd.notes = advice.add, [*cmd.notes, *advice.reasons]
+            parsed = flags.parse(python, args, env, cache_dir=cache)
+    else:
+        cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
+    _refuse_or_force([r.line() for r in backends.refusals(parsed, plan.archs)], force, cmd.forced)
+    if parsed.given("speculative_algorithm") == "NEXTN":
+        cmd.notes.append("--speculative-algorithm NEXTN is accepted: sglang runs it as EAGLE with the checkpoint's "
+                         "MTP layers as the draft model")
+    cmd.notes += [f"{short} is taken as {full} (argparse accepts unique prefixes)"
+                  for short, full in parsed.abbreviations.items()]
+    cmd.argv = [python, "-m", serve.module, *args]
+    return cmd

@@ -1,0 +1,122 @@
+"""The serve flags, parsed by the installed sglang's own argparse (and nothing else).
+
+`ServerArgs.add_cli_args` on a plain `ArgumentParser`, then `parse_args` only: never
+`ServerArgs.from_cli_args`, whose `__post_init__` probes the GPU and the model. A
+misspelt flag is one line with the closest real ones; a bad choice is argparse's own
+line with the valid choices. The outcome is cached by interpreter, sglang's parser file
+and the flags, since importing `server_args` takes 10-20 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_kernel import atomic, process
+from build_kernel.errors import ServeError
+
+_MARK = "@@FLAGS@@"
+_SCRIPT = r"""
+import argparse, difflib, json, os, sys
+argv = json.loads(sys.argv[1])
+out = {"error": None, "unknown": {}, "namespace": {}, "abbreviations": {}}
+try:
+    import sglang
+    from sglang.srt.server_args import ServerArgs
+except Exception as exc:
+    out["error"] = f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}"
+    print("@@FLAGS@@" + json.dumps(out)); sys.exit(0)
+out["sglang"] = getattr(sglang, "__version__", "")
+class Refused(Exception):
+    pass
+def refuse(message):
+    raise Refused(message)
+parser = argparse.ArgumentParser(prog="sglang.launch_server")
+ServerArgs.add_cli_args(parser)
+parser.error = refuse
+options = sorted(parser._option_string_actions)
+try:
+    ns, unknown = parser.parse_known_args(argv)
+    for arg in unknown:
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            out["unknown"][flag] = difflib.get_close_matches(flag, options, n=3, cutoff=0.6)
+    out["namespace"] = {k: v if isinstance(v, (str, int, float, bool, list, type(None))) else str(v)
+                        for k, v in vars(ns).items()}
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag not in parser._option_string_actions:
+            full = [o for o in options if o.startswith(flag)]
+            if len(full) == 1:
+                out["abbreviations"][flag] = full[0]
+except (Refused, argparse.ArgumentError) as exc:
+    out["error"] = str(exc)
+print("@@FLAGS@@" + json.dumps(out))
+"""
+
+
+@dataclass
+class Parsed:
+    """sglang's reading of the flags: every dest with its value (defaults included)."""
+
+    sglang: str
+    namespace: dict[str, Any]
+    # `--tp` given, `--tp-size` meant: argparse takes unique prefixes; shown so nobody is surprised.
+    abbreviations: dict[str, str] = field(default_factory=dict)
+
+    def given(self, dest: str) -> Any:
+        return self.namespace.get(dest)
+
+
+def _cache_key(python: str, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    probe = process.probe([python, "-c", "import importlib.util as u; print(u.find_spec('sglang.srt.server_args').origin)"],
+                          env=env, timeout=60, merge=False)
+    if not probe:
+        return None
+    origin = Path(probe.strip())
+    if not origin.is_file():
+        return None
+    st = origin.stat()
+    spec = {"python": python, "origin": str(origin), "size": st.st_size, "mtime": st.st_mtime_ns, "argv": list(argv)}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _run(python: str, argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+    proc = process.run([python, "-c", _SCRIPT, json.dumps(list(argv))], error=ServeError, env=env, check=False,
+                       what="parsing the serve flags with sglang's argparse", timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise ServeError(f"sglang's parser crashed in {python}: {tail[0]}",
+                         hint="run `build-kernel serve --install --recipe R` to repair the serve environment")
+    data: dict[str, Any] = json.loads(line[len(_MARK):])
+    return data
+
+
+def parse(python: str, argv: Sequence[str], env: Mapping[str, str], *, cache_dir: Path | None = None) -> Parsed:
+    """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag."""
+    key = _cache_key(python, argv, env) if cache_dir else None
+    cached = cache_dir / f"{key}.json" if cache_dir and key else None
+    if cached is not None and cached.is_file():
+        data = json.loads(cached.read_text())
+    else:
+        data = _run(python, argv, env)
+        if cached is not None and not data["error"] and not data["unknown"]:
+            atomic.write_text(cached, json.dumps(data))
+    if data["error"] and data["error"].startswith("cannot import"):
+        raise ServeError(f"{python}: {data['error']}",
+                         hint="run `build-kernel serve --install --recipe R` (add --flags-only on a machine without a GPU)")
+    if data["unknown"]:
+        flag, close = next(iter(data["unknown"].items()))
+        more = f" (and {len(data['unknown']) - 1} more)" if len(data["unknown"]) > 1 else ""
+        raise ServeError(f"sglang {data.get('sglang', '')} has no flag {flag}{more}",
+                         hint=f"did you mean {' or '.join(close)}?" if close else
+                         f"see `{python} -m sglang.launch_server --help`")
+    if data["error"]:
+        raise ServeError(f"sglang {data.get('sglang', '')} refuses the flags: {data['error']}",
+                         hint="fix [serve] args in the recipe")
+    return Parsed(data.get("sglang", ""), data["namespace"], data["abbreviations"])

@@ -1,0 +1,101 @@
+"""Install the wheel and sglang into the serve interpreter without letting pip swap either one.
+
+sglang 0.5.9 pins `torch==2.9.1` and `sgl-kernel==0.3.21`: a plain install downgrades
+torch (breaking the built wheel's ABI) or replaces our wheel with PyPI's. So: our wheel
+`--no-deps`, sglang `--no-deps`, then sglang's own requirements minus torch and the kernel,
+under a constraint that pins the torch the serve interpreter already has. Packages built
+for one torch (torchvision, torchaudio, ...) lose their version pin so that constraint
+chooses them; flashinfer follows the recipe's `flashinfer_python`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from build_kernel import atomic, log, process
+from build_kernel.errors import ServeError
+from build_kernel.plan import Plan
+from build_kernel.stages.serve import environment
+
+# What `from sglang.srt.server_args import ServerArgs` imports (sglang 0.5.9, seen on a CPU
+# machine): enough to validate flags with sglang's own parser, not to serve.
+PARSER_NEEDS = frozenset(canonicalize_name(n) for n in (
+    "numpy", "tqdm", "pybase64", "requests", "ipython", "pydantic", "aiohttp", "safetensors", "orjson", "pyzmq",
+    "packaging", "pillow", "starlette", "openai", "partial_json_parser", "huggingface_hub", "transformers",
+    "torchvision", "dill", "sentencepiece"))
+# Built against one torch release each: their pins follow sglang's torch, not ours.
+TORCH_BOUND = frozenset(canonicalize_name(n) for n in (
+    "torchvision", "torchaudio", "torchao", "torchcodec", "torch_memory_saver"))
+FLASHINFER = frozenset(canonicalize_name(n) for n in ("flashinfer_python", "flashinfer_cubin"))
+NEVER = frozenset({"torch", *environment.KERNEL_DISTRIBUTIONS})
+
+
+def requirements(sglang_requires: Iterable[str], *, flashinfer: str = "", only: frozenset[str] | None = None,
+                 extra_needs: Iterable[str] = ()) -> list[str]:
+    """sglang's requirements as we install them (markers kept: pip evaluates them for the target)."""
+    out: list[str] = []
+    for text in sglang_requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue  # an optional extra of sglang's, not asked for
+        name = canonicalize_name(req.name)
+        if name in NEVER or (only is not None and name not in only):
+            continue
+        if name in TORCH_BOUND:
+            req.specifier = type(req.specifier)("")
+        elif name in FLASHINFER and flashinfer:
+            req.specifier = type(req.specifier)(f"=={flashinfer}")
+        out.append(str(req))
+    have = {canonicalize_name(Requirement(r).name) for r in out}
+    out += [n for n in extra_needs if canonicalize_name(n) not in have and (only is None or canonicalize_name(n) in only)]
+    return out
+
+
+def _pip(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path) -> None:
+    process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args], error=ServeError,
+                what=what, env=env, log=log_path, timeout=3600,
+                fix=f"see {log_path}; a package index with these versions must be reachable (or a wheelhouse "
+                    "in PIP_FIND_LINKS with PIP_NO_INDEX=1)")
+
+
+def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = False) -> str:
+    """Make (or update) the serve interpreter: the wheel, sglang at the recipe's pin, what it needs."""
+    pin = plan.recipe.toolchain.sglang
+    if not pin:
+        raise ServeError("the recipe names no sglang version", hint="set [toolchain] sglang = \"0.5.9\"")
+    env = environment.server_env(plan)
+    log_path = plan.cache_dir / "logs" / f"serve-install-{plan.recipe.name}.log"
+    python = plan.recipe.serve.python or environment.create(environment.default_root(plan, build_python), build_python,
+                                                            env)
+    module = (plan.recipe.verify.import_modules or ("sgl_kernel",))[0].split(".")[0]
+    before = environment.inspect(python, module, env)
+    if not before.torch:
+        raise ServeError(f"{python} has no torch", hint="the serve interpreter must see the build environment's torch")
+    constraints = Path(python).parent.parent / "build-kernel-constraints.txt"
+    # The torch the wheel runs on stays; nothing may bring another sgl_kernel.
+    atomic.write_text(constraints, f"torch=={before.torch}\n")
+    ours = parse_wheel_filename(wheel.name)[0]
+    others = [name for name in before.dists if canonicalize_name(name) != ours]
+    with log.step(f"serve environment {python} (sglang {pin}{', flag checks only' if flags_only else ''})"):
+        if others:
+            process.run([python, "-m", "pip", "uninstall", "-y", *others], error=ServeError, env=env, log=log_path,
+                        what=f"removing {', '.join(others)} (another copy of {module})", timeout=600)
+        _pip(python, ["--no-deps", "--force-reinstall", wheel], what=f"installing {wheel.name}", env=env,
+             log_path=log_path)
+        _pip(python, ["--no-deps", f"sglang=={pin}"], what=f"installing sglang {pin} (--no-deps)", env=env,
+             log_path=log_path)
+        after = environment.inspect(python, module, env)
+        reqs = requirements(after.sglang_requires, flashinfer=plan.recipe.toolchain.flashinfer_python,
+                            only=PARSER_NEEDS if flags_only else None,
+                            extra_needs=sorted(PARSER_NEEDS) if flags_only else ())
+        if reqs:
+            _pip(python, ["-c", constraints, *reqs], env=env, log_path=log_path,
+                 what=f"installing what sglang {pin} needs ({len(reqs)} requirements, torch {before.torch} kept)")
+    return python
