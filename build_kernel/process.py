@@ -168,19 +168,32 @@ def stream(
     return Streamed(code, "".join(chunks))
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def _stop(proc: subprocess.Popen[str], grace: float) -> int:
-    """SIGTERM to the child's process group, then SIGKILL after `grace` seconds."""
-    if proc.poll() is not None:
-        return proc.returncode
+    """SIGTERM to the child's process group, then SIGKILL after `grace` seconds.
+
+    Also when the leader has already exited: a server's workers (sglang's scheduler,
+    holding GPU memory) outlive it in the group otherwise.
+    """
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            break
         try:
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            break
+        except PermissionError:
             proc.send_signal(sig)
-        try:
-            return proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
+            time.sleep(0.1)
     return proc.wait()
 
 

@@ -26,7 +26,7 @@ def test_dry_run_says_what_would_run_and_touches_nothing(project: Path, tmp_path
     assert summary["dry_run"] and summary["plan"]["source"]["commit"] == summary["plan"]["source"]["commit"]
     statuses = {name: info["status"] for name, info in summary["stages"].items()}
     assert statuses == {"fetch": "planned", "patch": "planned", "build": "planned", "verify": "planned",
-                        "publish": "planned", "serve": "not in this version of build-kernel"}
+                        "publish": "planned", "serve": "no [serve] model in the recipe"}
     assert not cache.exists() and not (tmp_path / "index").exists()
 
 
@@ -46,7 +46,7 @@ def test_whole_pipeline_json_then_again_from_the_caches(demo_build: DemoBuild, p
     assert stages["verify"]["status"] == "passed" and not stages["verify"]["from_record"]
     assert stages["verify"]["libraries"][0]["fp4_matches"]
     assert stages["publish"]["status"] == "done" and (index / Path(summary["wheel"]).name).is_file()
-    assert stages["serve"]["status"] == "not in this version of build-kernel"
+    assert stages["serve"]["status"] == "no [serve] model in the recipe"
     # Again (offline; a new index, as the first one has this version now): verify answers from its record.
     write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{tmp_path / "index2"}"\n')
     again = run_cli(*args, "--offline")

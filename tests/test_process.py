@@ -79,6 +79,25 @@ def test_spawn_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     assert not alive, "the server's own child outlived stop()"
 
 
+def test_spawn_stop_ends_the_children_of_a_leader_that_already_exited(tmp_path: Path) -> None:
+    # sglang's launcher can die and leave its scheduler (holding GPU memory) running.
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys; "
+              f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); sys.exit(3)")
+    server = process.spawn([sys.executable, "-c", script], what="serving", log=tmp_path / "server.log")
+    assert server.wait(timeout=20) == 3
+    child = int(pid_file.read_text())
+    assert Path(f"/proc/{child}").exists()
+    assert server.stop(grace=5) == 3
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists() and \
+            "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        time.sleep(0.05)
+    alive = Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+    assert not alive, "the exited leader's child outlived stop()"
+
+
 def test_spawn_of_a_missing_program_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=r"^serving: no-such-server not found"):
         process.spawn(["no-such-server"], error=BuildError, what="serving", log=tmp_path / "s.log")

@@ -24,8 +24,8 @@ def _human(result: dict[str, Any]) -> str:
         lines.append(f"healthy after {s['seconds_to_healthy']} s; smoke {s['smoke']['tokens']} tokens at "
                      f"{s['smoke']['tokens_per_s']} tokens/s")
         for row in result.get("bench", []):
-            lines.append(f"C={row['concurrency']}: {row['output_throughput']} output tokens/s, "
-                         f"mean TTFT {row['mean_ttft_ms']} ms")
+            lines.append(f"C={row['concurrency']}: {row['output_throughput']:.1f} output tokens/s, "
+                         f"mean TTFT {row['mean_ttft_ms']:.1f} ms")
         if "bench_file" in result:
             lines.append(f"results: {result['bench_file']}")
     else:

@@ -1,0 +1,89 @@
+"""Make a tiny Llama checkpoint folder offline: a BPE tokenizer and (optionally) random weights.
+
+For serving tests and GPU smoke runs where no hub is reachable. The tokenizer is trained
+with the `tokenizers` library on a few sentences (byte-level BPE, so any text encodes);
+the model is a few-layer Llama config with random bf16 weights saved by transformers.
+
+    python bench/tiny_model.py OUT [--tokenizer-only] [--layers 2] [--hidden 256] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+CORPUS = [
+    "The capital of France is Paris.", "The quick brown fox jumps over the lazy dog.",
+    "GPUs run kernels; kernels are compiled for an architecture.", "One, two, three, four, five, six, seven.",
+    "Serving a model means answering requests with generated tokens.",
+] * 20
+
+
+def make_tokenizer(out: Path, vocab: int = 1000) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "model_max_length": 4096}))
+    (out / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+
+
+def make_config(out: Path, *, layers: int, hidden: int, vocab: int) -> dict[str, object]:
+    config: dict[str, object] = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "intermediate_size": hidden * 4, "num_hidden_layers": layers, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "head_dim": hidden // 4, "vocab_size": vocab, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False, "hidden_act": "silu",
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return config
+
+
+def dtype_kwarg(dtype: object) -> dict[str, object]:
+    """`dtype=` for transformers >= 4.56 (5.x deprecates `torch_dtype=`), else `torch_dtype=`."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+def make_weights(out: Path, seed: int, config: dict[str, object]) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), **dtype_kwarg(torch.bfloat16))
+    model.save_pretrained(out, safe_serialization=True)
+    # transformers 5 rewrites config.json (rope_theta -> rope_parameters, torch_dtype -> dtype); put
+    # back the version-neutral one so the folder is the same whichever transformers made it.
+    (out / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}, indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tokenizer-only", action="store_true", help="Tokenizer and config.json, no weights.")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    make_tokenizer(args.out, args.vocab)
+    config = make_config(args.out, layers=args.layers, hidden=args.hidden, vocab=args.vocab)
+    if not args.tokenizer_only:
+        make_weights(args.out, args.seed, config)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

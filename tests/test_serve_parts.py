@@ -1,0 +1,96 @@
+"""The serve stage's parts that need no sglang: checkpoint reading, known-bad data, requirements, unit quoting."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from build_kernel.archs import parse_arch_list
+from build_kernel.errors import ServeError
+from build_kernel.stages.serve import backends, checkpoint, install, unit
+from build_kernel.stages.serve.flags import Parsed
+from tests.conftest import REPO_ROOT, demo_recipe_text, run_cli, write_recipe
+
+
+def _safetensors(path: Path, names: list[str]) -> None:
+    header = json.dumps({"__metadata__": {}, **{n: {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}
+                                               for n in names}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
+
+
+def test_a_single_safetensors_file_is_read_for_kv_scales(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}}))
+    _safetensors(tmp_path / "model.safetensors", ["model.layers.0.self_attn.q_proj.weight"])
+    ck = checkpoint.read(tmp_path)
+    assert (ck.quant_algo, ck.kv_cache_quant_algo, ck.has_kv_scales) == ("NVFP4", "FP8", False)
+    assert checkpoint.advise(ck, None, "auto").add == ["--quantization", "modelopt_fp4", "--kv-cache-dtype", "bf16"]
+    _safetensors(tmp_path / "model.safetensors", ["model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale"])
+    assert checkpoint.read(tmp_path).has_kv_scales
+    assert checkpoint.advise(checkpoint.read(tmp_path), "modelopt_fp4", None).add == []
+
+
+def test_a_conflicting_quantization_is_a_conflict_not_a_change(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"quant_algo": "NVFP4"}}))
+    advice = checkpoint.advise(checkpoint.read(tmp_path), "fp8", None)
+    assert advice.add == [] and advice.conflicts == [f"--quantization fp8, but {tmp_path.name} holds NVFP4 weights "
+                                                     "(use modelopt_fp4)"]
+
+
+def test_a_folder_without_config_or_with_broken_json_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match=r"has no config.json: not a Hugging Face checkpoint folder"):
+        checkpoint.read(tmp_path)
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(ServeError, match=r"config.json is not readable JSON"):
+        checkpoint.read(tmp_path)
+
+
+def test_every_known_bad_row_has_a_source_and_refuses_only_where_it_says() -> None:
+    rows = backends.load()
+    assert rows and all(r.source and r.why and (r.on or r.only) for r in rows)
+    parsed = Parsed("0.5.9", {"moe_runner_backend": "flashinfer_trtllm", "attention_backend": "fa3",
+                              "fp4_gemm_runner_backend": "flashinfer_cudnn"})
+    on_sm120 = backends.refusals(parsed, parse_arch_list(["12.0a"]))
+    assert sorted((r.flag, r.value, r.arch) for r in on_sm120) == [
+        ("--attention-backend", "fa3", "12.0"), ("--moe-runner-backend", "flashinfer_trtllm", "12.0")]
+    # On Hopper both are fine; a recipe for 9.0a and 12.0a gets the SM120 refusal only.
+    assert backends.refusals(parsed, parse_arch_list(["9.0a"])) == []
+    assert [r.arch for r in backends.refusals(parsed, parse_arch_list(["9.0a", "12.0a"]))] == ["12.0", "12.0"]
+
+
+SGLANG_059_SOME = ["torch==2.9.1", "sgl-kernel==0.3.21", "torchaudio==2.9.1", "torchvision", "transformers==4.57.1",
+                   "flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3", "numpy", "pytest; extra == \"test\"",
+                   "torchcodec==0.8.0; sys_platform != \"linux\"", "uvloop"]
+
+
+def test_sglang_requirements_keep_torch_and_the_kernel_ours() -> None:
+    assert install.requirements(SGLANG_059_SOME, flashinfer="0.6.5") == [
+        "torchaudio", "torchvision", "transformers==4.57.1", "flashinfer_python==0.6.5", "flashinfer_cubin==0.6.5",
+        "numpy", 'torchcodec; sys_platform != "linux"', "uvloop"]
+    only = install.requirements(SGLANG_059_SOME, only=install.PARSER_NEEDS, extra_needs=["dill", "numpy"])
+    assert only == ["torchvision", "transformers==4.57.1", "numpy", "dill"]
+
+
+def test_unit_words_are_quoted_for_systemd_not_for_a_shell() -> None:
+    text = unit.render(["/opt/py/bin/python", "-m", "sglang.launch_server", "--served-model-name", "a b"],
+                       {"X": "100%", "Y": "$HOME"}, name="n", description="d", timeout_s=60)
+    lines = text.splitlines()
+    assert 'ExecStart=/opt/py/bin/python -m sglang.launch_server --served-model-name "a b"' in lines
+    assert "Environment=X=100%%" in lines and 'Environment="Y=$$HOME"' in lines
+
+
+def test_serve_args_may_not_set_what_the_serve_table_owns(project: Path) -> None:
+    path = write_recipe(project, "r", demo_recipe_text("v1") + '\n[serve]\nmodel = "m"\nargs = ["--port", "1"]\n'
+                        'bench_concurrency = [0]\n')
+    proc = run_cli("plan", "--recipe", str(path))
+    assert proc.returncode != 0
+    assert "serve.args: --port is set by [serve] port = ...; remove it from args" in proc.stderr
+    assert "serve.bench_concurrency: must be concurrencies of 1 or more, not [0]" in proc.stderr
+
+
+def test_serve_without_a_model_is_a_usage_error() -> None:
+    proc = run_cli("serve", "--recipe", str(REPO_ROOT / "recipes" / "demo.toml"))
+    assert proc.returncode == 2 and "has no [serve] model: pass --model PATH|ID" in proc.stderr
