@@ -49,3 +49,27 @@ def minikernel_nvfp4() -> dict[str, Any]:
     return {"check": "nvfp4 quantize vs float64 reference", "device": torch.cuda.get_device_name(),
             "max_block_rel_err": round(worst, 5), "tolerance": FP4_BLOCK_TOLERANCE,
             "ok": worst <= FP4_BLOCK_TOLERANCE, "by_dtype": rows}
+
+
+def sgl_kernel_rmsnorm_silu() -> dict[str, Any]:
+    """sgl_kernel's rmsnorm and silu_and_mul in bf16 vs float64 references (any arch the wheel holds)."""
+    import sgl_kernel
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    x = torch.randn(64, 4096, generator=gen, dtype=torch.float64)
+    w = torch.rand(4096, generator=gen, dtype=torch.float64) + 0.5
+    eps = 1e-6
+    ref_norm = x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+    got_norm = sgl_kernel.rmsnorm(x.to(torch.bfloat16).cuda(), w.to(torch.bfloat16).cuda(), eps)
+    gate, up = x[:, :2048], x[:, 2048:]
+    ref_silu = gate / (1 + torch.exp(-gate)) * up
+    got_silu = sgl_kernel.silu_and_mul(x.to(torch.bfloat16).cuda())
+    torch.cuda.synchronize()
+    # bf16 keeps 8 bits of mantissa: inputs and outputs rounded, 2^-7 relative each, with room.
+    tolerance = 0.05
+    errs = {name: float(((got.cpu().to(torch.float64) - ref).abs() / ref.abs().clamp_min(1.0)).max())
+            for name, got, ref in (("rmsnorm", got_norm, ref_norm), ("silu_and_mul", got_silu, ref_silu))}
+    return {"check": "rmsnorm, silu_and_mul (bf16) vs float64 references", "device": torch.cuda.get_device_name(),
+            "max_rel_err": {k: round(v, 5) for k, v in errs.items()}, "tolerance": tolerance,
+            "ok": all(v <= tolerance for v in errs.values())}
