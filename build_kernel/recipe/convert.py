@@ -70,6 +70,12 @@ def _to_strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _to_ints(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _Bad("a list of integers", [1, 32])
+    return tuple(value)
+
+
 def _to_table(value: Any) -> dict[str, str]:
     scalar = (str, int, float, bool)
     if not isinstance(value, dict) or not all(isinstance(v, scalar) for v in value.values()):
@@ -91,7 +97,7 @@ def _to_archs(value: Any) -> tuple[Arch, ...]:
 
 _CONVERTERS: dict[Any, Callable[[Any], Any]] = {
     str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs,
-    tuple[str, ...]: _to_strings, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
+    tuple[str, ...]: _to_strings, tuple[int, ...]: _to_ints, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
     tuple[LibraryRule, ...]: _to_rules,
 }
 

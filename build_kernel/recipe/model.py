@@ -117,6 +117,18 @@ class Serve:
     args: tuple[str, ...] = _doc("Flags for `python -m sglang.launch_server`.", factory=tuple)
     host: str = _doc("Address to bind.", "127.0.0.1")
     port: int = _doc("Port to bind.", 30000)
+    python: str = _doc("Interpreter that runs the server (an environment of your own with sglang and the wheel); "
+                       "empty: the serve environment `build-kernel serve --install` makes in the cache.", "")
+    module: str = _doc("Module run as the server (`python -m MODULE`).", "sglang.launch_server")
+    env: dict[str, str] = _doc("Environment of the server (systemd `Environment=` lines; no shell expansion).",
+                               factory=dict)
+    health_timeout_s: float = _doc("Seconds to wait for `/health_generate` (weights load, kernels JIT).", 1800.0)
+    bench_concurrency: tuple[int, ...] = _doc("`--bench` concurrencies (`sglang.bench_serving --max-concurrency`).",
+                                              factory=lambda: (1, 32))
+    bench_input_len: int = _doc("`--bench` random input length, tokens.", 1024)
+    bench_output_len: int = _doc("`--bench` random output length, tokens.", 256)
+    bench_prompts: int = _doc("`--bench` prompts per concurrency (at least the concurrency).", 64)
+
 
 
 @dataclass(frozen=True)
@@ -153,6 +165,8 @@ class Recipe:
         """sha256 of what the wheel depends on: not [verify], [serve], [publish] or the description,
         so changing where a wheel goes or how it is checked does not rebuild it."""
         kept = {k: v for k, v in self.raw.items() if k not in _NOT_BUILD_INPUTS}
+        # What serving installs beside the wheel is no build input either.
+        kept["toolchain"] = {k: v for k, v in kept.get("toolchain", {}).items() if k not in _SERVE_TOOLCHAIN}
         return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
     @property
@@ -161,6 +175,7 @@ class Recipe:
 
 
 _NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
+_SERVE_TOOLCHAIN = ("sglang", "flashinfer_python")
 SECTIONS: dict[str, type] = {
     "source": Source,
     "patches": Patches,

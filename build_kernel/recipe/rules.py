@@ -68,6 +68,7 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     if not 1 <= r.serve.port <= 65535:
         problems.add(where("serve", "port"), "serve.port",
                      f"must be a port number from 1 to 65535, not {r.serve.port} (e.g. port = {Serve().port})")
+    _check_serve(r.serve, where, problems)
     if r.build.compile_cache not in ("none", "ccache", "sccache"):
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
@@ -101,3 +102,28 @@ def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:
         report(f"FP4 kernels need the arch-specific target: use {arch.torch}a instead of {arch.torch}")
     if not generic and not any(a.fp4_capable for a in archs):
         report(f"FP4 kernels need an arch >= 10.0 with 'a' (e.g. 12.0a); {', '.join(map(str, archs))} has none")
+
+
+# Flags the [serve] table owns: given in `args` too, the two would disagree.
+_SERVE_OWNED = {"--model-path": "model", "--model": "model", "--host": "host", "--port": "port"}
+
+
+def _check_serve(s: Serve, where: Any, problems: _Problems) -> None:
+    default = Serve()
+    for key, ok, rule in (
+        ("health_timeout_s", s.health_timeout_s > 0, "more than 0"),
+        ("bench_input_len", s.bench_input_len >= 1, "at least 1"),
+        ("bench_output_len", s.bench_output_len >= 1, "at least 1"),
+        ("bench_prompts", s.bench_prompts >= 1, "at least 1"),
+    ):
+        if not ok:
+            problems.add(where("serve", key), f"serve.{key}",
+                         f"must be {rule}, not {_toml(getattr(s, key))} (e.g. {key} = {_toml(getattr(default, key))})")
+    if not s.bench_concurrency or any(c < 1 for c in s.bench_concurrency):
+        problems.add(where("serve", "bench_concurrency"), "serve.bench_concurrency",
+                     f"must be concurrencies of 1 or more, not {list(s.bench_concurrency)} (e.g. bench_concurrency = [1, 32])")
+    for arg in s.args:
+        flag = arg.split("=", 1)[0]
+        if flag in _SERVE_OWNED:
+            problems.add(where("serve", "args"), "serve.args",
+                         f"{flag} is set by [serve] {_SERVE_OWNED[flag]} = ...; remove it from args")
