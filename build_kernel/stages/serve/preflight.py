@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -140,7 +141,9 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang_pin: str, fo
                             "(a PYTHONPATH entry in [serve.env]?)")
     for name, dist in found.values():
         problems.append(f"{installed.python} also has {name} {dist['version']}, which installs {module} too")
-    if sglang_pin and installed.sglang != sglang_pin:
+    # `==0.5.9` as pip reads it: a local build of that release (0.5.9+g6ffc74e) is that release.
+    if sglang_pin and not (installed.sglang and SpecifierSet(f"=={sglang_pin}").contains(installed.sglang,
+                                                                                      prereleases=True)):
         problems.append(f"{installed.python} has sglang {installed.sglang or '(none)'}, the recipe pins {sglang_pin}")
     built_torch = provenance.get("toolchain", {}).get("torch")
     if built_torch and installed.torch and not _same_torch(built_torch, installed.torch):
