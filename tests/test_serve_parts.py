@@ -94,3 +94,31 @@ def test_serve_args_may_not_set_what_the_serve_table_owns(project: Path) -> None
 def test_serve_without_a_model_is_a_usage_error() -> None:
     proc = run_cli("serve", "--recipe", str(REPO_ROOT / "recipes" / "demo.toml"))
     assert proc.returncode == 2 and "has no [serve] model: pass --model PATH|ID" in proc.stderr
+
+
+def test_names_sglang_imports_on_cuda_that_the_wheel_lacks_are_found(tmp_path: Path) -> None:
+    import zipfile
+
+    from build_kernel.stages.serve import api
+
+    wheel = tmp_path / "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sgl_kernel/__init__.py", "from sgl_kernel.elementwise import *\nfrom .gemm import fp8_mm as "
+                    "fp8_scaled_mm\ntry:\n    from .flash import flash_attn\nexcept ImportError:\n    pass\n")
+        zf.writestr("sgl_kernel/elementwise.py", "def rmsnorm(x): ...\nsilu_and_mul = None\n")
+    sglang = tmp_path / "sglang"
+    (sglang / "srt" / "tests").mkdir(parents=True)
+    (sglang / "srt" / "layers.py").write_text(
+        "_is_cuda = True\nif _is_cuda:\n    from sgl_kernel import rmsnorm, awq_marlin_repack\n"
+        "elif _is_hip:\n    from sgl_kernel import gelu_quick\n"
+        "try:\n    from sgl_kernel import optional_thing\nexcept ImportError:\n    pass\n"
+        "from sgl_kernel import fp8_scaled_mm, flash_attn, silu_and_mul\n"
+        "def f():\n    from sgl_kernel import lazy_only\n")
+    (sglang / "srt" / "tests" / "test_x.py").write_text("from sgl_kernel import test_only\n")
+    assert api.missing(wheel, "sgl_kernel", sglang) == {"awq_marlin_repack": ["srt/layers.py"]}
+    # Cached by sglang's folder and the wheel's bytes: the second answer is read back.
+    cache = tmp_path / "cache"
+    assert api.missing(wheel, "sgl_kernel", sglang, cache_dir=cache) == api.missing(wheel, "sgl_kernel", sglang,
+                                                                                    cache_dir=cache)
+    assert len(list(cache.iterdir())) == 1
+    assert api.missing(wheel, "minikernel", sglang) == {}  # a wheel without that package: nothing to compare

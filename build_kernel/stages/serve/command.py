@@ -9,7 +9,7 @@ from typing import Any
 from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import backends, checkpoint, environment, flags, preflight
+from build_kernel.stages.serve import api, backends, checkpoint, environment, flags, preflight
 
 
 @dataclass
@@ -59,6 +59,13 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     pre = preflight.check(wheel, module, installed, sglang_pin=plan.recipe.toolchain.sglang, force=force)
     cmd = ServeCommand([], env, _model(plan, model), python, notes=[n for n in pre.notes if n],
                        preflight=pre.to_dict())
+    if installed.sglang_root and (gaps := api.missing(wheel, module, Path(installed.sglang_root),
+                                                                   cache_dir=plan.cache_dir / "serve" / "api")):
+        shown = ", ".join(f"{name} ({files[0]})" for name, files in sorted(gaps.items())[:4])
+        _refuse_or_force([f"sglang {installed.sglang} with {wheel.name}: sglang imports {len(gaps)} name(s) on CUDA "
+                          f"that this {module} does not define, so the server would die with an ImportError: {shown}"
+                          f"{', ...' if len(gaps) > 4 else ''}; pair the kernel with the sglang of its own commit"],
+                         force, cmd.forced)
     args = ["--model-path", cmd.model, "--host", serve.host, "--port", str(serve.port), *serve.args]
     cache = plan.cache_dir / "serve" / "flags"
     parsed = flags.parse(python, args, env, cache_dir=cache)

@@ -43,6 +43,8 @@ for name in ("sglang", "torch"):
         pass
 if out["sglang"]:
     out["sglang_requires"] = md.requires("sglang") or []
+    found = importlib.util.find_spec("sglang")
+    out["sglang_root"] = next(iter(found.submodule_search_locations or []), None) if found else None
 for dist in md.distributions():
     files = dist.files or []
     tops = {str(f).split("/")[0] for f in files}
@@ -66,6 +68,7 @@ class Installed:
     # distribution name -> {"version", "root", "files": {path: "sha256 urlsafe-b64" | None}}
     dists: dict[str, dict[str, Any]] = field(default_factory=dict)
     sglang_requires: tuple[str, ...] = ()
+    sglang_root: str | None = None
 
 
 def env_key(plan: Plan, build_python: str) -> str:
@@ -125,4 +128,4 @@ def inspect(python: str, module: str, env: Mapping[str, str]) -> Installed:
         raise ServeError(f"{python} printed no inventory", hint="run it by hand: is it a working Python 3?")
     data = json.loads(line[len(_MARK):])
     return Installed(data["python"], data["sglang"], data["torch"], data["module_origin"], data["dists"],
-                     tuple(data.get("sglang_requires", [])))
+                     tuple(data.get("sglang_requires", [])), data.get("sglang_root"))
