@@ -11,14 +11,14 @@ PYTEST_ARGS ?=
 
 ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
 
-.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench mutate clean
+.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build mutate clean
 
 help:
 	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
 	@echo "make test      the test suite (real git, CMake, nvcc, scikit-build-core, pypiserver)"
 	@echo "make wheel RECIPE=nightly-cu130 ARCH=12.0a   build (and verify) a wheel into wheels/"
 	@echo "make publish RECIPE=... TARGET=name|url      upload the recipe's wheel to an index"
-	@echo "make bench     side-by-side benchmarks (bench/)"
+	@echo "make bench     side-by-side benchmarks (bench/): build policies under a memory cap, then the miniature builds"
 	@echo "make mutate    mutation testing (mutmut) of the safety logic vs the fast tests -> bench/results/mutation.json"
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -55,7 +55,14 @@ plan: venv
 doctor: venv
 	$(BIN)/build-kernel $(ARCH_FLAG) doctor --recipe $(RECIPE)
 
-bench: venv
+# The scheduler bench first (policies under a real memory cgroup: needs root; a few minutes), then the
+# miniature builds of bench/run.py. `make bench-scheduler` / `make bench-build` run one of them.
+bench: bench-scheduler bench-build
+
+bench-scheduler: venv
+	$(BIN)/python bench/scheduler.py
+
+bench-build: venv
 	$(BIN)/python bench/run.py
 
 # Not part of `make test`: about an hour on 2 cores. MUTATE_ARGS=--extended: more functions;

@@ -65,8 +65,25 @@ def _walk_up(root: Path, rel: str) -> list[Path]:
     return chain
 
 
+def _inactive_file(folder: Path, key: str) -> int:
+    """Page cache the kernel drops before it OOM-kills anyone (memory.stat's inactive file pages)."""
+    try:
+        for line in (folder / "memory.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def cgroup_memory_headroom(cgroup_root: Path, proc_self_cgroup: Path) -> tuple[int | None, str]:
-    """Smallest (limit − usage) over every cgroup level above us, v2 or v1."""
+    """Smallest (limit − usage) over every cgroup level above us, v2 or v1.
+
+    Usage counts the page cache of every file read (a build reads many); its inactive part is
+    reclaimed before anyone is killed, so it is left out (as kubelet's working set does). The
+    governor reads this every step: counted in, cache alone would hold a build back.
+    """
     v2, v1 = _cgroup_paths(proc_self_cgroup)
     best: tuple[int, str] | None = None
     if v2 is not None:
@@ -74,7 +91,7 @@ def cgroup_memory_headroom(cgroup_root: Path, proc_self_cgroup: Path) -> tuple[i
             limit = _read_int(folder / "memory.max")
             if limit is None:
                 continue
-            used = _read_int(folder / "memory.current") or 0
+            used = max(0, (_read_int(folder / "memory.current") or 0) - _inactive_file(folder, "inactive_file"))
             room = max(limit - used, 0)
             if best is None or room < best[0]:
                 best = (room, f"cgroup v2 {folder}: memory.max {limit / GB:.1f} GB - current {used / GB:.1f} GB")
@@ -84,7 +101,7 @@ def cgroup_memory_headroom(cgroup_root: Path, proc_self_cgroup: Path) -> tuple[i
             # v1 reports "no limit" as a huge page-aligned number.
             if limit is None or limit >= 1 << 60:
                 continue
-            used = _read_int(folder / "memory.usage_in_bytes") or 0
+            used = max(0, (_read_int(folder / "memory.usage_in_bytes") or 0) - _inactive_file(folder, "total_inactive_file"))
             room = max(limit - used, 0)
             if best is None or room < best[0]:
                 best = (room, f"cgroup v1 {folder}: limit {limit / GB:.1f} GB - usage {used / GB:.1f} GB")

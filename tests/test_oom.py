@@ -14,9 +14,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,126 +23,30 @@ import pytest
 
 from build_kernel import process, toolchain
 from build_kernel.errors import BuildError
-from build_kernel.stages.build import runner
+from build_kernel.stages.build import cgroup, runner
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
 PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
 MiB = 1024 * 1024
 CAP = 300 * MiB
-CGROUP = Path("/sys/fs/cgroup")
-
-
-def _fstype(mountpoint: Path) -> str | None:
-    """The type of what is mounted at `mountpoint` (the last mount there wins)."""
-    kinds = [f[2] for f in (line.split() for line in Path("/proc/self/mounts").read_text().splitlines())
-             if len(f) > 2 and f[1] == str(mountpoint)]
-    return kinds[-1] if kinds else None
-
-
-def _v2_group(cap: int, name: str, tried: list[str]) -> Path | None:
-    kind = _fstype(CGROUP)
-    if kind != "cgroup2":
-        tried.append(f"cgroup v2: {CGROUP} is {kind or 'not a mount point'}, not a cgroup2 mount")
-        return None
-    if "memory" not in (CGROUP / "cgroup.controllers").read_text().split():
-        tried.append(f"cgroup v2: no memory controller in {CGROUP}/cgroup.controllers (held by a v1 hierarchy?)")
-        return None
-    subtree = CGROUP / "cgroup.subtree_control"
-    if "memory" not in subtree.read_text().split():
-        try:
-            subtree.write_text("+memory")
-        except OSError as exc:
-            tried.append(f"cgroup v2: writing +memory to {subtree}: {exc}")
-            return None
-    group = CGROUP / name
-    try:
-        group.mkdir()
-        (group / "memory.max").write_text(str(cap))
-        if (group / "memory.swap.max").exists():
-            (group / "memory.swap.max").write_text("0")
-    except OSError as exc:
-        tried.append(f"cgroup v2: creating {group} with memory.max={cap}: {exc}")
-        if group.is_dir():
-            group.rmdir()
-        return None
-    return group
-
-
-def _v1_group(cap: int, name: str, tried: list[str]) -> Path | None:
-    base = CGROUP / "memory"
-    if not base.is_dir():
-        tried.append(f"cgroup v1: no memory hierarchy at {base}")
-        return None
-    group = base / name
-    try:
-        group.mkdir()
-        (group / "memory.limit_in_bytes").write_text(str(cap))
-        if (group / "memory.memsw.limit_in_bytes").exists():
-            (group / "memory.memsw.limit_in_bytes").write_text(str(cap))
-    except OSError as exc:
-        tried.append(f"cgroup v1: creating {group} with memory.limit_in_bytes={cap}: {exc}")
-        if group.is_dir():
-            group.rmdir()
-        return None
-    return group
-
-
-def _remove(group: Path) -> None:
-    """Kill what this test left in its group (its own children), then remove the group."""
-    if (group / "cgroup.kill").exists():
-        (group / "cgroup.kill").write_text("1")
-    else:
-        for pid in (group / "cgroup.procs").read_text().split():
-            os.kill(int(pid), signal.SIGKILL)
-    for _ in range(50):
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            time.sleep(0.1)  # a killed task takes a moment to leave
-    group.rmdir()
 
 
 @contextmanager
 def memory_cgroup(cap: int, name: str) -> Iterator[Path]:
-    """A fresh memory cgroup capped at `cap` bytes, no swap: v2 at /sys/fs/cgroup, else v1's memory."""
-    tried: list[str] = []
-    full = f"build-kernel-{name}-{os.getpid()}"
-    group = _v2_group(cap, full, tried) or _v1_group(cap, full, tried)
-    if group is None:
-        reason = "cannot create a memory cgroup: " + "; ".join(tried)
-        if os.geteuid() == 0:
-            pytest.fail(f"{reason} (running as root, where this must work: these tests may not skip here)",
-                        pytrace=False)
-        pytest.skip(f"{reason}; run as root on a cgroup host")
+    """A fresh memory cgroup capped at `cap` bytes, no swap (build_kernel's cgroup helper); one that
+    cannot be made fails the test as root and skips it otherwise."""
     try:
-        yield group
-    finally:
-        _remove(group)
+        with cgroup.memory_cgroup(cap, name) as group:
+            yield group
+    except cgroup.CgroupUnavailable as exc:
+        if os.geteuid() == 0:
+            pytest.fail(f"{exc.message} (running as root, where this must work: these tests may not skip here)",
+                        pytrace=False)
+        pytest.skip(f"{exc.message}; run as root on a cgroup host")
 
 
-def in_cgroup(group: Path, argv: list[str]) -> list[str]:
-    """argv, run as a process that first moves itself into `group`."""
-    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *argv]
-
-
-def oom_kills(group: Path) -> int:
-    for name in ("memory.oom_control", "memory.events"):
-        path = group / name
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    return 0
-
-
-def peak(group: Path) -> int:
-    """The group's peak memory use, page cache included (bytes)."""
-    for name in ("memory.peak", "memory.max_usage_in_bytes"):
-        if (group / name).is_file():
-            return int((group / name).read_text())
-    return 0
+in_cgroup, oom_kills, peak = cgroup.in_cgroup, cgroup.oom_kills, cgroup.peak
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ServeError
 from build_kernel.stages.serve import backends, checkpoint, install, unit
 from build_kernel.stages.serve.flags import Parsed
-from tests.conftest import REPO_ROOT, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
 
 def _safetensors(path: Path, names: list[str]) -> None:
@@ -122,3 +122,16 @@ def test_names_sglang_imports_on_cuda_that_the_wheel_lacks_are_found(tmp_path: P
                                                                                     cache_dir=cache)
     assert len(list(cache.iterdir())) == 1
     assert api.missing(wheel, "minikernel", sglang) == {}  # a wheel without that package: nothing to compare
+
+
+def test_serving_pins_and_how_objects_are_made_are_no_build_inputs(project: Path) -> None:
+    from build_kernel import recipe
+
+    copy_series(project, ["0001-cmake-guard-policies.patch"], "v1")
+    base = demo_recipe_text("v1")
+    digest = recipe.load(str(write_recipe(project, "a", base))).build_digest
+    same = base.replace("[toolchain]\n", '[toolchain]\nsglang = "0.5.9"\nflashinfer_python = "0.6.5"\n', 1)
+    same = same.replace("[build]\n", '[build]\ncompile_cache = "ccache"\n', 1)
+    assert recipe.load(str(write_recipe(project, "b", same))).build_digest == digest
+    other = base.replace("[build.defines]\n", "[build.defines]\nEXTRA_FLAG = \"1\"\n", 1)
+    assert recipe.load(str(write_recipe(project, "c", other))).build_digest != digest

@@ -53,6 +53,9 @@ def _register() -> None:
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(patch.patch_group)
+    from build_kernel.cli import cache
+
+    cli.add_command(cache.cache_group)
 
 
 _register()

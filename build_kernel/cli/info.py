@@ -68,6 +68,18 @@ def _toolkit(p: Plan) -> dict[str, str | None]:
     return toolkit.describe(p, toolchain.detect(python if exists else sys.executable, p.env), python_exists=exists)
 
 
+def _scheduling(p: Plan) -> dict[str, Any]:
+    """Where each per-TU memory prediction comes from: the recorded profile, or the built-in default."""
+    from build_kernel.stages.build import planner, scheduling
+
+    default = scheduling.default_bytes(p)
+    tus = planner.plan_tus(scheduling.db_path(p), default)
+    return {"scheduler": p.recipe.build.scheduler, "profile": str(scheduling.db_path(p)) if p.recipe.build.profile else None,
+            "default_gb": round(default / 1024**3, 2),
+            "tus": [{"source": t.source, "peak_gb": round(t.peak_bytes / 1024**3, 2), "wall_s": t.wall_s,
+                     "from": f"{t.how}, {t.runs} run(s)" if t.runs else t.how} for t in planner.heaviest_first(tus)]}
+
+
 @click.command("plan")
 @shared_options
 @click.pass_obj
@@ -89,6 +101,11 @@ def plan_cmd(opts: Options) -> None:
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
+    data["scheduling"] = _scheduling(p)
+    table.add_row("scheduler", data["scheduling"]["scheduler"])
+    for tu in data["scheduling"]["tus"]:
+        table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
+    table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
     table.add_row("cache", str(p.cache_dir))
     emit(opts, data, table)
 

@@ -45,6 +45,15 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     setattr(ctx.ensure_object(Options), param.name, value)
 
 
+def _store_env(variable: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A command-line value that overrides an environment variable of the same meaning (the plan
+    reads both from its environment: the command line simply sets it, so it wins)."""
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:
+            ctx.ensure_object(Options).env[variable] = str(value)
+    return store
+
+
 _SHARED: tuple[Callable[[F], F], ...] = (
     click.option("--recipe", "-r", metavar="NAME|PATH", callback=_store, expose_value=False,
                  help="Recipe: a name in recipes/ or a .toml path."),
@@ -56,6 +65,12 @@ _SHARED: tuple[Callable[[F], F], ...] = (
                  help="Cache folder (default: $BUILD_KERNEL_CACHE_DIR or ~/.cache/build-kernel)."),
     click.option("--output-dir", type=click.Path(path_type=Path), callback=_store, expose_value=False,
                  help="Where wheels go (default: $BUILD_KERNEL_OUTPUT_DIR or wheels/)."),
+    click.option("--compile-cache", type=click.Choice(["none", "ccache", "sccache"]),
+                 callback=_store_env("BUILD_KERNEL_COMPILE_CACHE"), expose_value=False,
+                 help="Compiler launcher (overrides BUILD_KERNEL_COMPILE_CACHE, the user config and the recipe)."),
+    click.option("--cache-url", metavar="URL|DIR", callback=_store_env("BUILD_KERNEL_CACHE_URL"), expose_value=False,
+                 help="Shared compile cache: redis://host:6379, s3://bucket/prefix, a folder (overrides "
+                      "BUILD_KERNEL_CACHE_URL, the user config and the recipe)."),
     click.option("--json", is_flag=True, callback=_store, expose_value=False, help="Machine-readable output on stdout."),
     click.option("--debug", is_flag=True, callback=_store, expose_value=False, help="Show tracebacks."),
 )

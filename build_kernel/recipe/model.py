@@ -63,8 +63,20 @@ class Build:
     job_memory_gb: float = _doc("Predicted peak memory of one compile job per arch in flight, GB.", 4.0)
     reserve_gb: float = _doc("Memory left free for everything else while compiling, GB.", 2.0)
     max_oom_retries: int = _doc("Times an OOM-killed build resumes with fewer jobs before failing.", 3)
+    scheduler: str = _doc("How parallel compiles are started: `static` (a fixed job count from memory, halved after "
+                          "an OOM kill) or `governor` (a jobserver that starts a compile only while free memory covers "
+                          "the predicted peaks; needs ninja >= 1.13, else static with a warning).", "static")
+    profile: bool = _doc("Record every compile (wall, CPU, peak memory of its process tree, OOM kills) into "
+                         "`<cache>/profile.sqlite`; the planner and the governor predict from it.", True)
     compile_cache: str = _doc("Compiler launcher for CUDA and C++ compiles: `none`, `ccache` or `sccache` "
                               "(not installed: a warning, then uncached).", "none")
+    cache_url: str = _doc("Shared store of the compile cache: `redis://host:6379`, `memcached://host:11211`, "
+                          "`s3://bucket/prefix`, `gs://bucket/prefix` (sccache) or an absolute folder; empty: the "
+                          "tool's local folder. Unreachable: a warning, then uncached. The user config overrides it.", "")
+    dist: str = _doc("Distributed compiles: `none`, or `sccache-dist` (needs compile_cache = \"sccache\"; the "
+                     "token comes from the user config, never the recipe).", "none")
+    dist_scheduler: str = _doc("sccache-dist scheduler URL, e.g. `http://sched.internal:10600` (the user config "
+                               "may set or override it).", "")
     defines: dict[str, str] = _doc("Extra CMake `-D` defines.", factory=dict)
     env: dict[str, str] = _doc("Extra environment variables for the build.", factory=dict)
 
@@ -130,7 +142,6 @@ class Serve:
     bench_prompts: int = _doc("`--bench` prompts per concurrency (at least the concurrency).", 64)
 
 
-
 @dataclass(frozen=True)
 class Publish:
     target: str = _doc("Index to publish to: a name from [publish.targets] or a URL.", "")
@@ -167,6 +178,8 @@ class Recipe:
         kept = {k: v for k, v in self.raw.items() if k not in _NOT_BUILD_INPUTS}
         # What serving installs beside the wheel is no build input either.
         kept["toolchain"] = {k: v for k, v in kept.get("toolchain", {}).items() if k not in _SERVE_TOOLCHAIN}
+        # How objects are made (cache, farm, scheduling) is not what they are.
+        kept["build"] = {k: v for k, v in kept.get("build", {}).items() if k not in _HOW_NOT_WHAT}
         return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
     @property
@@ -176,6 +189,7 @@ class Recipe:
 
 _NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
 _SERVE_TOOLCHAIN = ("sglang", "flashinfer_python")
+_HOW_NOT_WHAT = ("compile_cache", "cache_url", "dist", "dist_scheduler", "scheduler", "profile")
 SECTIONS: dict[str, type] = {
     "source": Source,
     "patches": Patches,

@@ -72,6 +72,10 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     if r.build.compile_cache not in ("none", "ccache", "sccache"):
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
+    _check_compile_cache(r.build, where, problems)
+    if r.build.scheduler not in ("static", "governor"):
+        problems.add(where("build", "scheduler"), "build.scheduler",
+                     f"{r.build.scheduler!r} is not one of static, governor (e.g. scheduler = \"governor\")")
     try:
         SpecifierSet(r.toolchain.cmake)
     except InvalidSpecifier:
@@ -127,3 +131,24 @@ def _check_serve(s: Serve, where: Any, problems: _Problems) -> None:
         if flag in _SERVE_OWNED:
             problems.add(where("serve", "args"), "serve.args",
                          f"{flag} is set by [serve] {_SERVE_OWNED[flag]} = ...; remove it from args")
+
+
+def _check_compile_cache(b: Build, where: Any, problems: _Problems) -> None:
+    from build_kernel.compile_cache.settings import DISTS, parse_url
+    from build_kernel.errors import BuildError
+
+    if b.cache_url:
+        try:
+            parse_url(b.cache_url, "build.cache_url")
+        except BuildError as exc:
+            problems.add(where("build", "cache_url"), "build.cache_url",
+                         f"{b.cache_url!r} is not a cache location ({exc.hint})")
+    if b.dist not in DISTS:
+        problems.add(where("build", "dist"), "build.dist",
+                     f"{b.dist!r} is not one of {', '.join(DISTS)} (e.g. dist = \"sccache-dist\")")
+    elif b.dist == "sccache-dist" and b.compile_cache != "sccache":
+        problems.add(where("build", "dist"), "build.dist",
+                     f"sccache-dist needs compile_cache = \"sccache\", not {b.compile_cache!r}")
+    if b.dist_scheduler and not b.dist_scheduler.startswith(("http://", "https://")):
+        problems.add(where("build", "dist_scheduler"), "build.dist_scheduler",
+                     f"{b.dist_scheduler!r} is not an http(s) URL (e.g. dist_scheduler = \"http://sched.internal:10600\")")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import resource
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from packaging.version import Version
 from build_kernel import compile_cache, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
-from build_kernel.stages.build import cache, provenance, runner, toolkit
+from build_kernel.stages.build import cache, provenance, runner, scheduling, toolkit
 from build_kernel.stages.build.cache import BuildResult
 from build_kernel.stages.fetch.workspace import Tree
 
@@ -35,8 +36,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int) -> dict[str, str]:
-    """The build's environment: the plan's, the toolkit's, the job count, the recipe's last."""
+def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
+                cache_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The build's environment: the plan's, the toolkit's, the job count, the compile cache's, the recipe's last."""
     facts = selected.facts
     env = selected.environ(plan.env)
     env.update(plan.build_env())
@@ -49,6 +51,7 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int) -
     if facts.cmake_version and Version(facts.cmake_version).major >= 4:
         # Old dependencies declare cmake_minimum_required below 3.5, which CMake 4 refuses.
         env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
+    env.update(cache_env or {})
     env.update(plan.recipe.build.env)
     return env
 
@@ -75,16 +78,17 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
         log.info(f"cache hit {key}: {hit.wheel.name}")
         return hit
     _preflight(plan, selected)  # the host compiler matters only when compiling
-    cache_tool = compile_cache.get(plan.recipe.build.compile_cache)
-    if (why := cache_tool.missing(plan.env)) is not None:
-        log.warn(why)
-    # After the key: a launcher changes how objects are made, not what they are.
-    defines = {**defines, **compile_cache.cmake_defines(cache_tool, plan.env)}
-    return _compile(plan, tree, python, selected, defines, key, log_path, force=force)
+    session = compile_cache.open_session(plan, python, log_path)
+    try:
+        # After the key: a launcher changes how objects are made, not what they are.
+        return _compile(plan, tree, python, selected, {**defines, **session.cmake_defines()}, key, log_path,
+                        force=force, launcher=session)
+    finally:
+        session.close()
 
 
 def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
-             log_path: Path, *, force: bool) -> BuildResult:
+             log_path: Path, *, force: bool, launcher: compile_cache.Session | None = None) -> BuildResult:
     work = plan.cache_dir / "build" / key
     if force:
         # The sources are copied with their timestamps: only a fresh build folder recompiles.
@@ -95,6 +99,9 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     shutil.copytree(tree.project, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     version = f"{provenance.read_version(src / 'pyproject.toml')}+{provenance.local_label(plan, selected.facts, tree)}"
     provenance.stamp_version(src / "pyproject.toml", version)
+    # The profile recorder goes in front of the cache launcher (the tool's own python: it runs build_kernel).
+    defines = scheduling.launcher_defines(plan, sys.executable, src, defines)
+    sched = scheduling.choose(plan, selected.facts.ninja_version, work)
     cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
            f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",
            *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items())), str(src)]
@@ -103,12 +110,17 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     # the story of the earlier attempts.
     with log_path.open("a") as fh:
         fh.write(f"# build-kernel {plan.recipe.name} key {key} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n"
-                 f"# {plan.jobs.derivation}\n")
+                 f"# {plan.jobs.derivation}\n# {sched.why}\n")
     started, t0, cpu0 = dt.datetime.now(dt.timezone.utc), time.monotonic(), _children_cpu()
-    attempts = runner.build_with_retries(cmd, lambda jobs: compile_env(plan, selected, tree, jobs), cwd=work,
-                                         log_path=log_path, jobs=plan.jobs.jobs,
-                                         max_oom_retries=plan.recipe.build.max_oom_retries)
+    cache_env = launcher.env if launcher else None
+    with scheduling.running(sched) as sched_env:
+        attempts = runner.build_with_retries(
+            cmd, lambda jobs: {**compile_env(plan, selected, tree, jobs, cache_env), **sched_env}, cwd=work,
+            log_path=log_path, jobs=plan.jobs.jobs, max_oom_retries=plan.recipe.build.max_oom_retries,
+            eta=scheduling.eta(sched.tus, plan.jobs.jobs) if any(t.wall_s for t in sched.tus) else None)
     [wheel] = list(dist.glob("*.whl"))
+    if (cache_stats := launcher.stats() if launcher else None) is not None:
+        log.info(cache_stats.summary())
     record: dict[str, Any] = {
         "tool": "build-kernel", "recipe": plan.recipe.name, "recipe_digest": plan.recipe.digest,
         "version": version, "repo": plan.recipe.source.repo, "commit": tree.commit, "subdir": plan.recipe.source.subdir,
@@ -117,7 +129,8 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         "toolchain": provenance.toolchain_record(selected.facts, selected.source, selected.why,
                                                  selected.toolkit.packages if selected.toolkit else None),
         "archs": [a.torch for a in plan.archs], "defines": dict(defines), "jobs": attempts.jobs,
-        "oom_kills": attempts.oom_kills, "job_derivation": plan.jobs.derivation, "key": key,
+        "oom_kills": attempts.oom_kills, "job_derivation": plan.jobs.derivation, "scheduler": sched.why, "key": key,
+        "compile_cache": provenance.compile_cache_record(launcher.tool if launcher else "none", cache_stats),
         "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),
         "seconds": round(time.monotonic() - t0, 1),
         "cpu_seconds": round(_children_cpu() - cpu0, 1),  # frontend, cmake, ninja, every compiler

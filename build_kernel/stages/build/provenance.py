@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from build_kernel import process, toolchain
+from build_kernel.compile_cache import Stats
 from build_kernel.errors import BuildError
 from build_kernel.plan import Plan
 from build_kernel.stages.fetch.workspace import Tree
@@ -58,6 +59,11 @@ def toolchain_record(facts: toolchain.Facts, source: str, why: str, packages: It
             "torch": facts.torch_version, "torch_cuda": facts.torch_cuda, "cmake": facts.cmake_version,
             "ninja": facts.ninja_version, "gcc": facts.gcc_version, "python": facts.python_version,
             "cuda_source": source, "cuda_source_why": why, "cuda_packages": dict(packages) if packages else None}
+
+
+def compile_cache_record(tool: str, stats: Stats | None) -> dict[str, Any]:
+    """The compile cache's part of the record: which tool, and its hits and misses in this build."""
+    return {"tool": tool, **(stats.to_dict() if stats else {})}
 
 
 def inject(wheel: Path, python: str, provenance: dict[str, Any], workdir: Path, log_path: Path) -> Path:

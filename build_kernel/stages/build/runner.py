@@ -25,6 +25,8 @@ OOM_PATTERNS = (
     # first word of its command line: `nvcc error   : '"$CICC_PATH/cicc"' died due to signal 9 (Kill signal)`
     # (nvcc 13.0); ptxas's line starts `ptxas`, hence `'ptxas' died ...`, the form older nvcc gave for all.
     re.compile(r"""'"?(?:\$\w+/)?([\w+.-]+)"?'( died due to signal 9\b(?: \(Kill signal\))?)"""),
+    # The profile recorder (our compiler launcher) says so when the compiler itself died of SIGKILL.
+    re.compile(r"build-kernel recorder: \S+ \(.*?\) killed by signal 9"),
     # When /bin/sh is dash (Debian, Ubuntu) dash forks the step, reports its SIGKILL as a bare `Killed`
     # line and exits 137; nvcc then exits 137 saying nothing, so the program is not named anywhere.
     re.compile(r"(?m)^Killed$"),
@@ -66,7 +68,7 @@ def first_error(output: str) -> str:
 
 
 def _with_progress(cmd: Sequence[str | Path], env: Mapping[str, str], cwd: Path, log_path: Path,
-                   jobs: int) -> process.Streamed:
+                   jobs: int, eta: Callable[[str], float | None] | None = None) -> process.Streamed:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -77,21 +79,26 @@ def _with_progress(cmd: Sequence[str | Path], env: Mapping[str, str], cwd: Path,
     )
 
     tty = log.console.is_terminal
+    # With a profile the ETA is the recorded time of what is left (planner.EtaFromLines); without one,
+    # rich's estimate from the rate so far.
+    remaining = TextColumn("eta {task.fields[eta]}") if eta else TimeRemainingColumn()
     with Progress(TextColumn(f"compiling ({jobs} jobs)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("eta"), TimeRemainingColumn(), console=log.console, transient=True,
+                  *([] if eta else [TextColumn("eta")]), remaining, console=log.console, transient=True,
                   disable=not tty) as progress:
-        task = progress.add_task("compile", total=None)
+        task = progress.add_task("compile", total=None, eta="-")
         start, last_said = time.monotonic(), [0.0]
 
         def on_line(line: str) -> None:
             m = NINJA_PROGRESS.match(line)
             if m:
                 done, total = int(m.group(1)), int(m.group(2))
-                progress.update(task, completed=done, total=total)
+                left = eta(line) if eta else None
+                said = f", eta {left:.0f} s (recorded times)" if left is not None else ""
+                progress.update(task, completed=done, total=total, eta=f"{left:.0f} s" if left is not None else "-")
                 now = time.monotonic()
                 if not tty and (now - last_said[0] >= PLAIN_PROGRESS_EVERY_S or done == total):
                     last_said[0] = now
-                    log.info(f"  [{done}/{total}] {now - start:.0f} s")
+                    log.info(f"  [{done}/{total}] {now - start:.0f} s{said}")
             elif not tty and line.startswith(("FAILED", "ninja:")):
                 log.info(line.rstrip())
 
@@ -107,12 +114,13 @@ class Attempts:
 
 
 def build_with_retries(cmd: Sequence[str | Path], env_for: Callable[[int], Mapping[str, str]], *, cwd: Path,
-                       log_path: Path, jobs: int, max_oom_retries: int) -> Attempts:
+                       log_path: Path, jobs: int, max_oom_retries: int,
+                       eta: Callable[[str], float | None] | None = None) -> Attempts:
     """Run until it succeeds, halving the jobs after each OOM kill; raise BuildError otherwise."""
     attempts = Attempts()
     while True:
         attempts.jobs.append(jobs)
-        result = _with_progress(cmd, env_for(jobs), cwd, log_path, jobs)
+        result = _with_progress(cmd, env_for(jobs), cwd, log_path, jobs, eta)
         if result.returncode == 0:
             return attempts
         killed = oom_killed(result.output)
