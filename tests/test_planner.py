@@ -84,9 +84,9 @@ def test_governor_falls_back_on_old_ninja_and_says_so(project: Path, tmp_path: P
     with scheduling.running(new) as env:
         assert env == {"MAKEFLAGS": f"--jobserver-auth=fifo:{tmp_path / 'work' / 'jobserver' / 'jobserver.fifo'}",
                        "CMAKE_BUILD_PARALLEL_LEVEL": ""}
-    bad = _plan(project, tmp_path / "c", 'scheduler = "fast"\n', name="bad")
-    with pytest.raises(RecipeError, match=r"build\.scheduler: 'fast' is not one of static, governor"):
-        scheduling.choose(bad, "1.13.2", tmp_path / "work")
+    # An unknown scheduler is a recipe error at load, with the file and line.
+    with pytest.raises(RecipeError, match=r"bad.toml:\d+: build\.scheduler: 'fast' is not one of static, governor"):
+        _plan(project, tmp_path / "c", 'scheduler = "fast"\n', name="bad")
 
 
 def test_plan_says_where_each_estimate_comes_from(project: Path, tmp_path: Path) -> None:

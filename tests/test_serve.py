@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,12 +45,15 @@ def serve_recipe(root: Path, model: Path, *, args: str = '["--tp", "1", "--atten
 
 
 class ServeEnv:
-    def __init__(self, root: Path, build: DemoBuild, python: str, model: Path) -> None:
+    def __init__(self, root: Path, build: DemoBuild, python: str, model: Path, out: Path) -> None:
         self.root, self.build, self.python, self.model = root, build, python, model
+        # The session wheel and its verify record, copied: other tests rebuild into demo_build.out.
+        self.out = out
+        self.wheel = out / build.wheel.name
 
     def cli(self, recipe: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return run_cli("serve", "--recipe", str(recipe), "--cache-dir", str(self.build.cache), "--output-dir",
-                       str(self.build.out), *args, env=env)
+                       str(self.out), *args, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +64,12 @@ def serve_env(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -
     bare = tmp_path_factory.mktemp("bare-model")
     (bare / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     recipe = serve_recipe(root, bare)
-    env = ServeEnv(root, demo_build, "", bare)
+    out = tmp_path_factory.mktemp("serve-wheels")
+    shutil.copy2(demo_build.wheel, out / demo_build.wheel.name)  # the bytes the cache holds now
+    verified = run_cli("verify", str(out / demo_build.wheel.name), "--recipe", "demo", "--arch", "12.0a",
+                       "--cache-dir", str(demo_build.cache))
+    assert verified.returncode == 0, verified.stderr
+    env = ServeEnv(root, demo_build, "", bare, out)
     proc = env.cli(recipe, "--install", "--flags-only", "--json")
     assert proc.returncode == 0, proc.stderr
     env.python = json.loads(proc.stdout)["python"]
@@ -191,14 +200,14 @@ def test_fp8_kv_with_scales_is_left_alone(serve_env: ServeEnv, tmp_path: Path) -
 def test_a_wheel_without_a_verification_record_is_refused(serve_env: ServeEnv, tmp_path: Path) -> None:
     other = tmp_path / "out"
     other.mkdir()
-    (other / serve_env.build.wheel.name).write_bytes(serve_env.build.wheel.read_bytes())
+    (other / serve_env.wheel.name).write_bytes(serve_env.wheel.read_bytes())
     recipe = serve_recipe(serve_env.root, serve_env.model)
     proc = run_cli("serve", "--recipe", str(recipe), "--cache-dir", str(serve_env.build.cache), "--output-dir",
                    str(other))
     assert proc.returncode == 7
-    assert _error(proc) == (f"error: {serve_env.build.wheel.name} has not been verified (run `build-kernel verify "
-                            f"{other / serve_env.build.wheel.name}` (or pass --force to override))")
-    assert sorted(p.name for p in other.iterdir()) == [serve_env.build.wheel.name]  # nothing written
+    assert _error(proc) == (f"error: {serve_env.wheel.name} has not been verified (run `build-kernel verify "
+                            f"{other / serve_env.wheel.name}` (or pass --force to override))")
+    assert sorted(p.name for p in other.iterdir()) == [serve_env.wheel.name]  # nothing written
 
 
 def test_an_installed_library_that_is_not_the_wheels_is_refused(serve_env: ServeEnv) -> None:
@@ -212,7 +221,7 @@ def test_an_installed_library_that_is_not_the_wheels_is_refused(serve_env: Serve
         assert proc.returncode == 9
         rel = lib.relative_to(site)
         assert _error(proc) == (f"error: refusing to serve: the minikernel in {serve_env.python} is not "
-                                f"{serve_env.build.wheel.name}: {rel} on disk is not the wheel's (overwritten after "
+                                f"{serve_env.wheel.name}: {rel} on disk is not the wheel's (overwritten after "
                                 "install?) (run `build-kernel serve --install --recipe R`: it installs this wheel "
                                 "--no-deps and sglang beside it)")
     finally:
@@ -304,7 +313,7 @@ def test_a_server_never_healthy_is_stopped_after_the_timeout(serve_env: ServeEnv
 def test_ctrl_c_stops_a_foreground_server_cleanly(serve_env: ServeEnv, tmp_path: Path) -> None:
     recipe, pids = _double_recipe(serve_env, tmp_path)
     cmd = [sys.executable, "-m", "build_kernel", "serve", "--recipe", str(recipe), "--cache-dir",
-           str(serve_env.build.cache), "--output-dir", str(serve_env.build.out), "--launch"]
+           str(serve_env.build.cache), "--output-dir", str(serve_env.out), "--launch"]
     child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
                              env={**os.environ, "NO_COLOR": "1"})
     assert child.stderr is not None
@@ -324,10 +333,10 @@ def test_bench_runs_sglang_bench_serving_and_records_it_beside_the_wheel(serve_e
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     saved = json.loads(Path(result["bench_file"]).read_text())
-    assert Path(result["bench_file"]).parent == serve_env.build.out
+    assert Path(result["bench_file"]).parent == serve_env.out
     assert [r["concurrency"] for r in saved["bench"]] == [1, 4]
     assert all(r["completed"] == 8 and r["output_throughput"] > 0 and r["mean_ttft_ms"] > 0 for r in saved["bench"])
-    assert saved["provenance"]["version"] in serve_env.build.wheel.name and saved["server"]["smoke"]["tokens"] == 32
+    assert saved["provenance"]["version"] in serve_env.wheel.name and saved["server"]["smoke"]["tokens"] == 32
     assert _all_gone(pids)
 
 
