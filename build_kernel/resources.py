@@ -65,8 +65,9 @@ def _walk_up(root: Path, rel: str) -> list[Path]:
     return chain
 
 
-def _inactive_file(folder: Path, key: str) -> int:
-    """Page cache the kernel drops before it OOM-kills anyone (memory.stat's inactive file pages)."""
+def memory_stat(folder: Path, key: str) -> int:
+    """One counter of a cgroup's memory.stat (0 when absent), e.g. the inactive file pages: page
+    cache the kernel drops before it OOM-kills anyone."""
     try:
         for line in (folder / "memory.stat").read_text().splitlines():
             name, _, value = line.partition(" ")
@@ -91,7 +92,7 @@ def cgroup_memory_headroom(cgroup_root: Path, proc_self_cgroup: Path) -> tuple[i
             limit = _read_int(folder / "memory.max")
             if limit is None:
                 continue
-            used = max(0, (_read_int(folder / "memory.current") or 0) - _inactive_file(folder, "inactive_file"))
+            used = max(0, (_read_int(folder / "memory.current") or 0) - memory_stat(folder, "inactive_file"))
             room = max(limit - used, 0)
             if best is None or room < best[0]:
                 best = (room, f"cgroup v2 {folder}: memory.max {limit / GB:.1f} GB - current {used / GB:.1f} GB")
@@ -101,7 +102,7 @@ def cgroup_memory_headroom(cgroup_root: Path, proc_self_cgroup: Path) -> tuple[i
             # v1 reports "no limit" as a huge page-aligned number.
             if limit is None or limit >= 1 << 60:
                 continue
-            used = max(0, (_read_int(folder / "memory.usage_in_bytes") or 0) - _inactive_file(folder, "total_inactive_file"))
+            used = max(0, (_read_int(folder / "memory.usage_in_bytes") or 0) - memory_stat(folder, "total_inactive_file"))
             room = max(limit - used, 0)
             if best is None or room < best[0]:
                 best = (room, f"cgroup v1 {folder}: limit {limit / GB:.1f} GB - usage {used / GB:.1f} GB")

@@ -57,6 +57,20 @@ def test_stream_tees_lines_to_the_log_and_the_callback(tmp_path: Path) -> None:
     assert log.read_text().endswith("[1/2] a\n[2/2] b\n[exit 4]\n")
 
 
+def _still_running(pid: int, within: float = 10.0) -> bool:
+    """Whether `pid` is still running (not gone, not a zombie) after waiting up to `within` seconds."""
+    def running() -> bool:
+        stat = Path(f"/proc/{pid}/stat")
+        try:
+            return "Z" not in stat.read_text().split()[2]
+        except FileNotFoundError:
+            return False
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and running():
+        time.sleep(0.05)
+    return running()
+
+
 def test_spawn_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     # A "server" that starts a child of its own: stop() must end both.
     pid_file = tmp_path / "child.pid"
@@ -71,11 +85,7 @@ def test_spawn_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     assert server.poll() is None and "listening" in "\n".join(server.tail())
     code = server.stop(grace=5)
     assert code != 0 and server.poll() is not None
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{child}").exists() and \
-            "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
-        time.sleep(0.05)
-    alive = Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+    alive = _still_running(child)
     assert not alive, "the server's own child outlived stop()"
 
 
@@ -90,11 +100,7 @@ def test_spawn_stop_ends_the_children_of_a_leader_that_already_exited(tmp_path: 
     child = int(pid_file.read_text())
     assert Path(f"/proc/{child}").exists()
     assert server.stop(grace=5) == 3
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{child}").exists() and \
-            "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
-        time.sleep(0.05)
-    alive = Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+    alive = _still_running(child)
     assert not alive, "the exited leader's child outlived stop()"
 
 

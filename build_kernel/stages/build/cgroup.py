@@ -16,6 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from build_kernel.errors import BuildKernelError
+from build_kernel.resources import memory_stat
 from build_kernel.stages.build.recorder import oom_kills
 
 __all__ = ["CgroupUnavailable", "available", "in_cgroup", "limit", "limit_hits", "memory_cgroup", "oom_kills", "peak",
@@ -135,17 +136,6 @@ def limit(group: Path) -> int:
     raise FileNotFoundError(f"no memory limit file in {group}")
 
 
-def _stat(group: Path, key: str) -> int:
-    try:
-        for line in (group / "memory.stat").read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except OSError:
-        pass
-    return 0
-
-
 def working_set(group: Path) -> int:
     """Usage minus inactive page cache (what the kernel cannot simply drop), as kubelet counts it.
 
@@ -154,7 +144,7 @@ def working_set(group: Path) -> int:
     """
     for name, inactive in (("memory.current", "inactive_file"), ("memory.usage_in_bytes", "total_inactive_file")):
         if (group / name).is_file():
-            return max(0, int((group / name).read_text()) - _stat(group, inactive))
+            return max(0, int((group / name).read_text()) - memory_stat(group, inactive))
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from build_kernel import atomic, log, process
 from build_kernel.errors import ServeError
 from build_kernel.recipe import Serve
+from build_kernel.stages.serve import launch
 
 KEEP = ("output_throughput", "request_throughput", "input_throughput", "mean_ttft_ms", "median_ttft_ms",
         "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "completed", "duration", "total_output_tokens")
@@ -29,7 +30,7 @@ def run(python: str, env: Mapping[str, str], *, host: str, port: int, model: str
         raw.unlink(missing_ok=True)
         prompts = max(serve.bench_prompts, concurrency)
         cmd: list[str | Path] = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
-               "127.0.0.1" if host in ("0.0.0.0", "::") else host, "--port", str(port), "--model", model,
+               launch.reachable(host), "--port", str(port), "--model", model,
                "--tokenizer", model, "--dataset-name", "random-ids", "--random-input-len", str(serve.bench_input_len),
                "--random-output-len", str(serve.bench_output_len), "--random-range-ratio", "1.0",
                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--output-file", raw]

@@ -54,13 +54,13 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     serve = plan.recipe.serve
     python = environment.python_for(plan, build_python)
     env = environment.server_env(plan)
-    module = (plan.recipe.verify.import_modules or ("sgl_kernel",))[0].split(".")[0]
+    module = environment.kernel_module(plan)
     installed = environment.inspect(python, module, env)
     pre = preflight.check(wheel, module, installed, sglang_pin=plan.recipe.toolchain.sglang, force=force)
     cmd = ServeCommand([], env, _model(plan, model), python, notes=[n for n in pre.notes if n],
                        preflight=pre.to_dict())
-    if installed.sglang_root and (gaps := api.missing(wheel, module, Path(installed.sglang_root),
-                                                                   cache_dir=plan.cache_dir / "serve" / "api")):
+    root = Path(installed.sglang_root) if installed.sglang_root else None
+    if root and (gaps := api.missing(wheel, module, root, cache_dir=plan.cache_dir / "serve" / "api")):
         shown = ", ".join(f"{name} ({files[0]})" for name, files in sorted(gaps.items())[:4])
         _refuse_or_force([f"sglang {installed.sglang} with {wheel.name}: sglang imports {len(gaps)} name(s) on CUDA "
                           f"that this {module} does not define, so the server would die with an ImportError: {shown}"
@@ -68,7 +68,7 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
                          force, cmd.forced)
     args = ["--model-path", cmd.model, "--host", serve.host, "--port", str(serve.port), *serve.args]
     cache = plan.cache_dir / "serve" / "flags"
-    parsed = flags.parse(python, args, env, cache_dir=cache)
+    parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
     cmd.sglang = parsed.sglang
     if Path(cmd.model).is_dir():
         advice = checkpoint.advise(checkpoint.read(Path(cmd.model)), parsed.given("quantization"),
@@ -77,7 +77,7 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
         if advice.add:
             args += advice.add
             cmd.added, cmd.notes = advice.add, [*cmd.notes, *advice.reasons]
-            parsed = flags.parse(python, args, env, cache_dir=cache)
+            parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
     else:
         cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
     _refuse_or_force([r.line() for r in backends.refusals(parsed, plan.archs)], force, cmd.forced)

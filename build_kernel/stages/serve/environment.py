@@ -71,6 +71,11 @@ class Installed:
     sglang_root: str | None = None
 
 
+def kernel_module(plan: Plan) -> str:
+    """The top-level package the server imports the kernel as (the recipe's first import module)."""
+    return (plan.recipe.verify.import_modules or ("sgl_kernel",))[0].split(".")[0]
+
+
 def env_key(plan: Plan, build_python: str) -> str:
     spec = {"build_python": build_python, "sglang": plan.recipe.toolchain.sglang,
             "flashinfer": plan.recipe.toolchain.flashinfer_python}

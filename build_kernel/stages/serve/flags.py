@@ -72,12 +72,9 @@ class Parsed:
         return self.namespace.get(dest)
 
 
-def _cache_key(python: str, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-    probe = process.probe([python, "-c", "import importlib.util as u; print(u.find_spec('sglang.srt.server_args').origin)"],
-                          env=env, timeout=60, merge=False)
-    if not probe:
-        return None
-    origin = Path(probe.strip())
+def _cache_key(python: str, argv: Sequence[str], sglang_root: Path) -> str | None:
+    """By interpreter, sglang's parser file (size, mtime) and the flags; None without that file."""
+    origin = sglang_root / "srt" / "server_args.py"
     if not origin.is_file():
         return None
     st = origin.stat()
@@ -97,9 +94,12 @@ def _run(python: str, argv: Sequence[str], env: Mapping[str, str]) -> dict[str, 
     return data
 
 
-def parse(python: str, argv: Sequence[str], env: Mapping[str, str], *, cache_dir: Path | None = None) -> Parsed:
-    """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag."""
-    key = _cache_key(python, argv, env) if cache_dir else None
+def parse(python: str, argv: Sequence[str], env: Mapping[str, str], *, cache_dir: Path | None = None,
+          sglang_root: Path | None = None) -> Parsed:
+    """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag.
+
+    Cached in `cache_dir` when `sglang_root` (the installed package's folder) says which parser it is."""
+    key = _cache_key(python, argv, sglang_root) if cache_dir and sglang_root else None
     cached = cache_dir / f"{key}.json" if cache_dir and key else None
     if cached is not None and cached.is_file():
         data = json.loads(cached.read_text())

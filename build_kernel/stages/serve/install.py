@@ -74,7 +74,7 @@ def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = Fa
     log_path = plan.cache_dir / "logs" / f"serve-install-{plan.recipe.name}.log"
     python = plan.recipe.serve.python or environment.create(environment.default_root(plan, build_python), build_python,
                                                             env)
-    module = (plan.recipe.verify.import_modules or ("sgl_kernel",))[0].split(".")[0]
+    module = environment.kernel_module(plan)
     before = environment.inspect(python, module, env)
     if not before.torch:
         raise ServeError(f"{python} has no torch", hint="the serve interpreter must see the build environment's torch")

@@ -38,9 +38,13 @@ class Launched:
         return dict(self.__dict__)
 
 
+def reachable(host: str) -> str:
+    """The address a client on this machine uses: a server bound to every address is on loopback."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 def base_url(host: str, port: int) -> str:
-    # A server bound to every address is reached on loopback.
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    return f"http://{reachable(host)}:{port}"
 
 
 def _get(url: str, timeout: float) -> int:

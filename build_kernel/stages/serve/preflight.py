@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import io
 import json
 import zipfile
@@ -61,11 +60,8 @@ def wheel_record(wheel: Path) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def _b64_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    """As a wheel's RECORD writes it: urlsafe base64, no padding."""
+    return base64.urlsafe_b64encode(report.sha256_digest(path)).rstrip(b"=").decode()
 
 
 def _installed_matches(wheel: Path, module: str, dist: dict[str, Any]) -> str | None:

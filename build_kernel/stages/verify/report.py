@@ -77,12 +77,17 @@ class Report:
         return cls(**values)
 
 
-def sha256_of(path: Path) -> str:
+def sha256_digest(path: Path) -> bytes:
+    """A file's sha256, read in 1 MiB chunks (wheels reach 535 MB)."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+    return digest.digest()
+
+
+def sha256_of(path: Path) -> str:
+    return sha256_digest(path).hex()
 
 
 def checks_digest(spec: dict[str, Any]) -> str:
