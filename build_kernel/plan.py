@@ -159,8 +159,9 @@ def resolve(
         arch_source=arch_source if arch_value is not None else "recipe",
         jobs=job_plan,
         series=load_series(recipe.series_dir),
-        cache_dir=Path(cache) if cache else default_cache_dir(env),
-        output_dir=Path(output) if output else recipe.root / "wheels",
+        # Absolute: git runs in other folders (`git -C <worktree>`), so a relative cache would miss.
+        cache_dir=Path(cache).absolute() if cache else default_cache_dir(env),
+        output_dir=Path(output).absolute() if output else recipe.root / "wheels",
         resources=res,
         mirrors=mirrors_config.load(env),
         env=dict(env),

@@ -321,3 +321,14 @@ def test_site_overlay_extends_a_shipped_recipe_by_path(tmp_path: Path) -> None:
     overlay.write_text('extends = "../nowhere.toml"\n')
     with pytest.raises(RecipeError, match=r"ours.toml:1: extends: parent recipe '../nowhere.toml' not found"):
         recipe.load(str(overlay))
+
+
+def test_relative_cache_and_output_dirs_become_absolute(root: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on the real tree: `--cache-dir .cache` broke the dependency checkout, which runs
+    # `git -C <cache>/deps/...` from another folder.
+    monkeypatch.chdir(tmp_path)
+    r = recipe.load("good", root)
+    plan = resolve(r, env={"BUILD_KERNEL_OUTPUT_DIR": "out"}, cache_dir=Path("cache"), resources=FAKE_RES)
+    assert plan.cache_dir == tmp_path / "cache"
+    assert plan.output_dir == tmp_path / "out"
