@@ -1,0 +1,144 @@
+"""The real sgl-kernel 12.0a build on the H200 host, side by side: the table of issue 22 item 4.
+
+Reads the raw outputs each device call brought back (one `<label>-raw.tar.gz` per run: the
+build's `.ninja_log`, the profile recorder's SQLite rows, a 0.5 s memory sample, the build
+log and `rc`) and writes one JSON file. Nothing in it is typed by hand:
+
+- wall: the ninja span (first edge start to last edge end, from `.ninja_log`) and the tool's
+  own build step (its `✕/✓ build … (N s)` line);
+- compiler CPU s: the sum of the recorder's per-compile CPU (compiler and children);
+- peak GB: the largest `total - available` in the memory sample, less the first sample;
+- OOM kills: recorder rows killed by the OOM killer;
+- lower bound: max(ΣCPU / cores, longest edge); the run's ratio to it;
+- upstream's default build (7 archs x 2 libraries) estimated from the per-TU profile in
+  bench/data (7-arch / 12.0a-only CPU ratio, median over the profiled TUs) times this
+  run's 12.0a CPU, times two libraries.
+
+    python bench/h200_arch_pruning.py bench/raw/h200-2026-12-01/a-raw.tar.gz [b-raw.tar.gz ...] \
+        [--proof proof.json] [--out bench/results/h200-arch-pruning.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import sqlite3
+import statistics
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILE_CSV = ROOT / "bench" / "data" / "sgl-kernel-tu-compile-profile.csv"
+CORES = 16  # the H200 host's; its host.txt says so too (checked below)
+
+
+def _member(tar: tarfile.TarFile, suffix: str) -> bytes | None:
+    for m in tar.getmembers():
+        if m.name.endswith(suffix):
+            f = tar.extractfile(m)
+            return f.read() if f else None
+    return None
+
+
+def ninja_edges(text: str) -> list[tuple[float, float, str]]:
+    """(start s, end s, output) per edge of a v5+ `.ninja_log`; the last line for an output wins."""
+    edges: dict[str, tuple[float, float, str]] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        start, end, _mtime, out, _hash = line.split("\t")
+        edges[out] = (int(start) / 1000, int(end) / 1000, out)
+    return sorted(edges.values())
+
+
+def compiles(db: bytes) -> list[dict[str, Any]]:
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
+        f.write(db)
+        f.flush()
+        conn = sqlite3.connect(f.name)
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute("SELECT source, wall_s, cpu_s, tree_peak_mb, oom_kill FROM compiles")]
+        conn.close()
+    return rows
+
+
+def upstream_factor() -> tuple[float, dict[str, float]]:
+    """Median CPU ratio of upstream's 7-arch gencode list to 12.0a alone, per profiled TU (--threads=1)."""
+    lines = [ln for ln in PROFILE_CSV.read_text().splitlines() if not ln.startswith("#")]
+    cpu: dict[tuple[str, str], float] = {}
+    for r in csv.DictReader(io.StringIO("\n".join(lines))):
+        if r["threads"] == "1" and r["machine"].startswith("h200"):
+            cpu[(r["tu"], r["arch_setting"])] = float(r["user_s"]) + float(r["sys_s"])
+    ratios = {tu: cpu[(tu, "B")] / cpu[(tu, "A")] for tu, s in cpu if s == "A" and (tu, "B") in cpu}
+    return statistics.median(ratios.values()), {k: round(v, 2) for k, v in sorted(ratios.items())}
+
+
+def run_figures(path: Path) -> dict[str, Any]:
+    with tarfile.open(path) as tar:
+        log = _member(tar, "-ninja_log.txt")
+        db = _member(tar, "-profile.sqlite")
+        mem = _member(tar, "-mem.txt")
+        err = (_member(tar, "-build.err") or b"").decode()
+        host = (_member(tar, "-host.txt") or b"").decode()
+    assert log and db and mem, f"{path}: the raw outputs are incomplete"
+    cores = int(host.split()[0]) if host.split() and host.split()[0].isdigit() else CORES
+    edges = ninja_edges(log.decode())
+    rows = compiles(db)
+    samples = [int(line.split()[1]) for line in mem.decode().splitlines() if line.strip()]
+    cpu = sum(r["cpu_s"] for r in rows)
+    longest = max(rows, key=lambda r: r["wall_s"])
+    span = max(e[1] for e in edges) - min(e[0] for e in edges)
+    bound = max(cpu / cores, longest["wall_s"])
+    step = re.search(r"[✓✕] build .*? \(([\d.]+) s\)", err)
+    heaviest = sorted(rows, key=lambda r: -r["wall_s"])[:5]
+    starts = {e[2]: e[0] for e in edges}
+    return {
+        "raw": path.name,
+        "built": "✓ build" in err,
+        "tool_build_step_s": float(step.group(1)) if step else None,
+        "ninja_wall_s": round(span, 1),
+        "compiles": len(rows),
+        "compiler_cpu_s": round(cpu, 1),
+        "peak_gb": round((max(samples) - samples[0]) / 1e9, 1),
+        "oom_kills": sum(1 for r in rows if r["oom_kill"]),
+        "cores": cores,
+        "longest_edge": {"source": longest["source"], "s": round(longest["wall_s"], 1)},
+        "lower_bound_s": round(bound, 1),
+        "ratio_to_lower_bound": round(span / bound, 3),
+        "heaviest": [{"source": r["source"], "wall_s": round(r["wall_s"], 1),
+                      "started_at_s": next((round(s, 1) for o, s in starts.items() if o.endswith(r["source"] + ".o")), None),
+                      "peak_gb": round(r["tree_peak_mb"] / 1024, 1)} for r in heaviest],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("raw", nargs="+", type=Path, help="<label>-raw.tar.gz files; the label is the part before -raw")
+    parser.add_argument("--proof", type=Path, action="append", default=[], help="prune-proof / verify JSON outputs to embed")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h200-arch-pruning.json")
+    args = parser.parse_args()
+    runs = {p.name.split("-raw")[0]: run_figures(p) for p in args.raw}
+    factor, per_tu = upstream_factor()
+    result: dict[str, Any] = {"what": __doc__.split("\n\n")[0], "runs": runs,
+                              "upstream_estimate": {"factor_7_archs_vs_12_0a": round(factor, 2), "per_tu": per_tu}}
+    if "a" in runs:
+        upstream_cpu = runs["a"]["compiler_cpu_s"] * factor * 2
+        result["upstream_estimate"]["compiler_cpu_s"] = round(upstream_cpu)
+        for label, r in runs.items():
+            r["cpu_ratio_upstream_to_this"] = round(upstream_cpu / r["compiler_cpu_s"], 1)
+            if label != "a":
+                a = runs["a"]
+                r["vs_a"] = {k: round(a[k] / r[k], 2) for k in ("ninja_wall_s", "compiler_cpu_s", "peak_gb") if r[k]}
+    result["proofs"] = {p.name: json.loads(p.read_text()) for p in args.proof}
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: {m: v[m] for m in ("ninja_wall_s", "compiler_cpu_s", "peak_gb", "oom_kills",
+                                             "lower_bound_s", "ratio_to_lower_bound")} for k, v in runs.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
