@@ -2,7 +2,10 @@
 
     patches/<series>/<version>/series        patch names in order (quilt format)
     patches/<series>/<version>/series.lock   `sha256  name` per patch (sha256sum -c format)
-    patches/<series>/<version>/info.toml     what upstream commits/versions it applies to
+    patches/<series>/<version>/info.toml     what upstream commits/versions it applies to, and
+                                             `cxx_standard`: the C++ standard the patched tree
+                                             compiles with (17, 20, ...; "torch": chosen from the
+                                             torch found, as its headers require)
 
 A patch is identified by its sha256 (after spack's Patch): an edited patch without a
 relocked series, or a patch file not listed in `series`, is refused.
@@ -15,6 +18,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from build_kernel import atomic
 from build_kernel.errors import PatchError
@@ -26,6 +30,7 @@ else:  # pragma: no cover
 
 LOCK = "series.lock"
 DEP3_KEYS = ("Description", "Origin", "Forwarded", "Last-Update")
+CXX_FROM_TORCH = "torch"  # info.toml `cxx_standard = "torch"`: the tree takes the standard torch requires
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,17 @@ class Series:
     applies_to_commits: tuple[str, ...] = ()
     applies_to_versions: str = ""
     info: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """`<series>/<version>`, as a recipe's [patches] names it."""
+        return f"{self.directory.parent.name}/{self.directory.name}"
+
+    @property
+    def cxx_standard(self) -> int | str | None:
+        """The C++ standard the patched tree compiles with (info.toml `cxx_standard`):
+        a number, CXX_FROM_TORCH, or None when the series does not say."""
+        return cxx_standard_of(self.info, self.directory / "info.toml")
 
     @property
     def digest(self) -> str:
@@ -102,6 +118,20 @@ def read_lock(directory: Path) -> dict[str, str]:
     return entries
 
 
+def cxx_standard_of(info: dict[str, object], where: Path) -> int | str | None:
+    value = info.get("cxx_standard")
+    if value is None or value == CXX_FROM_TORCH or (isinstance(value, int) and not isinstance(value, bool) and value >= 11):
+        return value
+    raise PatchError(f"{where}: cxx_standard = {value!r} is not a C++ standard",
+                     hint=f'write a number (cxx_standard = 17) or "{CXX_FROM_TORCH}" (the patches choose it from torch)')
+
+
+def read_info(directory: Path) -> dict[str, Any]:
+    """info.toml of a series folder ({} without one)."""
+    info_path = directory / "info.toml"
+    return tomllib.loads(info_path.read_text()) if info_path.is_file() else {}
+
+
 def load_series(directory: Path, *, check_lock: bool = True) -> Series:
     """Read and check a series: every patch listed, present, and matching its lock."""
     directory = directory.resolve()
@@ -129,8 +159,8 @@ def load_series(directory: Path, *, check_lock: bool = True) -> Series:
                     hint=f"if the change is intended, review it and run `build-kernel patch lock {directory}`",
                 )
         patches.append(PatchFile(name, path, digest, parse_headers(path.read_text(errors="replace"))))
-    info_path = directory / "info.toml"
-    info = tomllib.loads(info_path.read_text()) if info_path.is_file() else {}
+    info = read_info(directory)
+    cxx_standard_of(info, directory / "info.toml")  # a bad value is refused with the series, not mid-build
     return Series(
         directory,
         tuple(patches),

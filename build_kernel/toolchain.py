@@ -18,13 +18,16 @@ from packaging.version import Version
 
 from build_kernel import process
 from build_kernel.archs import Arch
-from build_kernel.errors import ToolchainError
+from build_kernel.errors import PatchError, ToolchainError
 from build_kernel.process import which
+from build_kernel.series import CXX_FROM_TORCH, Series, cxx_standard_of, read_info
 
 # torch's facts without importing it (an import takes seconds): find_spec of a top-level
-# package runs none of its code, and torch/version.py is read as text.
+# package runs none of its code, and torch/version.py is read as text. The C++ standard its
+# headers require is read from their own guard (`#if ... __cplusplus < 202002L` / `#error C++20
+# or later compatible compiler is required`: 20), as sm120 v3's CMake does.
 _TORCH_PROBE = """
-import ast, json, os, platform, importlib.util
+import ast, json, os, platform, importlib.util, re
 info = {"python_version": platform.python_version()}
 spec = importlib.util.find_spec("torch")
 if spec and spec.submodule_search_locations:
@@ -47,7 +50,16 @@ if spec and spec.submodule_search_locations:
         except importlib.metadata.PackageNotFoundError:
             version = None
     cuda = found.get("cuda")
-    info.update(version=version, cuda=cuda if isinstance(cuda, str) else None,
+    cxx = None
+    for header in (("torch", "csrc", "api", "include", "torch", "all.h"), ("ATen", "ATen.h")):
+        try:
+            with open(os.path.join(here, "include", *header), encoding="utf-8", errors="replace") as fh:
+                m = re.search(r"__cplusplus\\s*<\\s*20(\\d\\d)\\d\\dL", fh.read())
+        except OSError:
+            continue
+        if m:
+            cxx = max(cxx or 0, int(m.group(1)))
+    info.update(version=version, cuda=cuda if isinstance(cuda, str) else None, cxx_standard=cxx,
                 cmake_prefix_path=os.path.join(here, "share", "cmake"),
                 nvidia_dir=os.path.join(os.path.dirname(here), "nvidia"))
 print(json.dumps(info))
@@ -75,6 +87,7 @@ class Facts:
     torch_cuda: str | None = None
     torch_cmake_prefix: str | None = None
     torch_nvidia_dir: str | None = None
+    torch_cxx_standard: int | None = None  # what torch's headers require (None: not read)
     problems: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
@@ -128,6 +141,7 @@ def detect(python: str, env: Mapping[str, str], cuda_roots: tuple[str, ...] = ("
         if info.get("version"):
             facts["torch_version"], facts["torch_cuda"] = info["version"], info["cuda"]
             facts["torch_cmake_prefix"], facts["torch_nvidia_dir"] = info["cmake_prefix_path"], info["nvidia_dir"]
+            facts["torch_cxx_standard"] = info.get("cxx_standard")
     facts["git"] = which("git", path=tool_path)
     cmake = which("cmake", path=tool_path)
     facts["cmake"], facts["cmake_version"] = cmake, cmake and _version(out(cmake, "--version"), r"version (\S+)")
@@ -148,7 +162,55 @@ def detect(python: str, env: Mapping[str, str], cuda_roots: tuple[str, ...] = ("
 MIN_CUDA = {(9, 0): "12.0", (10, 0): "12.8", (10, 3): "12.9", (11, 0): "13.0", (12, 0): "12.8", (12, 1): "12.9"}
 
 
-def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cuda: str) -> list[str]:
+# Only where torch's headers could not be read: the first release whose headers refuse C++17.
+TORCH_CXX20_FROM = (2, 14)
+
+
+def torch_cxx_standard(facts: Facts) -> int | None:
+    """The C++ standard the torch found requires: from its headers, else from its version."""
+    if facts.torch_cxx_standard:
+        return facts.torch_cxx_standard
+    if not facts.torch_version:
+        return None
+    try:
+        release = Version(facts.torch_version).release  # a nightly 2.14.0.dev... is 2.14 here
+    except ValueError:
+        return None
+    return 20 if release[:2] >= TORCH_CXX20_FROM else None
+
+
+def _series_with_standard(series: Series, need: int) -> tuple[str, int | str] | None:
+    """The newest sibling version of `series` whose tree builds with C++`need` (or follows torch)."""
+    fits: list[tuple[str, int | str]] = []
+    for folder in series.directory.parent.iterdir():
+        if folder == series.directory or not (folder / "series").is_file():
+            continue
+        try:
+            have = cxx_standard_of(read_info(folder), folder / "info.toml")
+        except (ValueError, OSError, PatchError):
+            continue
+        if have == CXX_FROM_TORCH or (isinstance(have, int) and have >= need):
+            fits.append((folder.name, have))
+    return max(fits, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f[0])], default=None)
+
+
+def cxx_standard_problem(facts: Facts, series: Series) -> str | None:
+    """The series compiles with an older C++ standard than torch's headers require (info.toml
+    `cxx_standard`; a series that does not say, or follows torch, is not refused)."""
+    need, have = torch_cxx_standard(facts), series.cxx_standard
+    if need is None or not isinstance(have, int) or have >= need:
+        return None
+    if other := _series_with_standard(series, need):
+        how = "sets the standard from torch" if other[1] == CXX_FROM_TORCH else f"builds with C++{other[1]}"
+        fix = f'use [patches] version = "{other[0]}" (it {how})'
+    else:
+        fix = f"add a patch that sets C++{need} (and cxx_standard = {need} in {series.directory / 'info.toml'})"
+    return (f"torch {facts.torch_version} needs C++{need} and series {series.name} builds with C++{have}:"
+            f" {fix}, or use a torch whose headers accept C++{have}")
+
+
+def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cuda: str,
+              series: Series | None = None) -> list[str]:
     """Every reason the build would fail before compiling, each with its fix."""
     problems: list[str] = []
     if not facts.nvcc:
@@ -185,6 +247,8 @@ def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cu
                 problems.append(f"cmake {facts.cmake_version} ({facts.cmake}) does not satisfy {cmake_spec}: pip install 'cmake{cmake_spec}'")
     if not facts.ninja_version:
         problems.append("ninja not found: pip install ninja")
+    if series is not None and (cxx := cxx_standard_problem(facts, series)):
+        problems.append(cxx)
     return problems
 
 

@@ -147,7 +147,7 @@ def doctor_cmd(opts: Options) -> None:
     p = opts.plan() if opts.recipe else None
     if p is not None:
         data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
-                                               want_cuda=p.recipe.toolchain.cuda)
+                                               want_cuda=p.recipe.toolchain.cuda, series=p.series)
         data["cuda_toolkit"] = toolkit.describe(p, facts)
         if data["cuda_toolkit"]["source"] == "none":
             data["problems"].append(data["cuda_toolkit"]["why"])
