@@ -133,3 +133,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if NETWORK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.network)
+
+
+@pytest.fixture(scope="session")
+def unpruned_demo_build(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same commit and archs as demo_build, without the arch-pruning patch (0006): what
+    the prune proof compares the session wheel with. Shares demo_build's cache (one extra build)."""
+    root = tmp_path_factory.mktemp("unpruned-proj")
+    (root / "recipes").mkdir()
+    names = [n for n in (REPO_ROOT / "patches/minikernel/v1/series").read_text().split() if "prune-arch" not in n]
+    copy_series(root, names, "unpruned")
+    write_recipe(root, "unpruned", demo_recipe_text("unpruned"))
+    out = tmp_path_factory.mktemp("unpruned-wheels")
+    built = run_cli("--cache-dir", str(demo_build.cache), "--output-dir", str(out), "--arch", "12.0a", "build",
+                    "--recipe", str(root / "recipes/unpruned.toml"))
+    assert built.returncode == 0, built.stdout + built.stderr
+    [wheel] = list(out.glob("*.whl"))
+    return wheel

@@ -16,6 +16,7 @@ from build_kernel import recipe as recipe_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
 from build_kernel.stages.verify import checks as verify
+from build_kernel.stages.verify import prune_proof
 from build_kernel.stages.verify.report import require_verified
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
@@ -90,7 +91,7 @@ def test_wheel_lacking_sm120a_fails(project: Path, tmp_path: Path) -> None:
     assert any("sm_100a was not asked for" in w for w in report.warnings)
 
 
-def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path) -> None:
+def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path, demo_build: DemoBuild) -> None:
     # Upstream's failure mode: NVFP4 gated on a version variable that is empty where it is
     # read (CUDA_VERSION before torch's FindCUDA ran); here a misspelt name, equally empty.
     def gate_on_empty_cuda_version(name: str, text: str) -> str:
@@ -110,6 +111,11 @@ def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path) -> 
     assert "ENABLE_NVFP4 off?" in failure
     # The op is registered all the same: registration proves nothing.
     assert "scaled_fp4_quant" in report.ops_found
+    # A pair built with other flags: the prune proof of the demo wheel against this one fails.
+    proof = prune_proof.prove(demo_build.wheel, wheel, DEMO.verify.fp4_sass, env=os.environ)
+    assert any("function(s) of the pruned library are not in the unpruned one" in f for f in proof.failures)
+    assert any("FP4 opcode counts differ: sm_120a:F2FP\\.SATFINITE\\.E2M1 pruned " in f and f.endswith("vs unpruned 0")
+               for f in proof.failures), proof.failures
 
 
 def test_unverified_wheel_is_refused(tmp_path: Path, demo_build: DemoBuild) -> None:

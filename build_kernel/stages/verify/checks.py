@@ -61,7 +61,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
     with tempfile.TemporaryDirectory(prefix="bk-verify-") as tmp_str:
         tmp = Path(tmp_str)
         site = tmp / "site"
-        libs, aliases = _unpack(wheel, site, libraries_only=static)
+        libs, aliases = unpack(wheel, site, libraries_only=static)
         _static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
         _cuda_linked(report, libs, want_cuda)
         if not static:
@@ -70,7 +70,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
     return report
 
 
-def _unpack(wheel: Path, site: Path, *, libraries_only: bool) -> tuple[list[Path], dict[Path, list[str]]]:
+def unpack(wheel: Path, site: Path, *, libraries_only: bool) -> tuple[list[Path], dict[Path, list[str]]]:
     """Extract (in parallel: zlib lets threads run); the unique libraries and their byte-identical aliases."""
     with zipfile.ZipFile(wheel) as zf:
         members = [i for i in zf.infolist() if not i.is_dir()]

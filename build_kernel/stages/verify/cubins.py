@@ -1,5 +1,6 @@
 """What the device code in a library is: cubin and PTX archs (`cuobjdump --list-elf
---list-ptx`), and SASS opcode counts of one arch's cubins (`cuobjdump -xelf` + `nvdisasm`).
+--list-ptx`), SASS opcode counts of one arch's cubins (`cuobjdump -xelf` + `nvdisasm`), and
+the SASS of every function (`cuobjdump -sass`, streamed: the prune proof).
 
 Disassembling every cubin of a 370 MB library takes minutes; the FP4 proof needs only
 one instruction of each opcode, so the cubins are disassembled likeliest first, in
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,3 +140,29 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
     ran = [f for f in pending if not f.cancelled()]
     total = {p: sum(f.result()[p] for f in ran) for p in patterns}
     return Scan(total, len(ran), len(cubins))
+
+
+def sass_lines(so: Path, tool: str, env: Mapping[str, str]) -> Iterator[str]:
+    """`cuobjdump -sass` of every cubin in `so`, line by line: one call per library, streamed,
+    because a large library (sgl-kernel's common_ops) disassembles to hundreds of MB of text.
+    A library without device code yields nothing."""
+    argv = [tool, "-sass", str(so)]
+    with tempfile.TemporaryFile(mode="w+") as err:  # a file, not a pipe: a full stderr pipe would stall stdout
+        try:
+            proc = subprocess.Popen(argv, env=tool_env(env), stdout=subprocess.PIPE, stderr=err, text=True)
+        except OSError as exc:
+            raise VerifyError(f"cuobjdump -sass {so.name}: cannot run {tool} ({exc.strerror})",
+                              hint="pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm") from None
+        assert proc.stdout is not None
+        try:
+            with proc.stdout:
+                yield from proc.stdout
+        finally:
+            if proc.poll() is None:  # the caller stopped early (an error while parsing): do not leave it running
+                proc.kill()
+            code = proc.wait()
+        err.seek(0)
+        message = err.read()
+    if code and NO_DEVICE_CODE not in message:
+        tail = (message.strip().splitlines() or ["(no output)"])[-1]
+        raise VerifyError(f"cuobjdump -sass {so.name} failed: {tail}", hint="install nvidia-cuda-nvdisasm matching cuobjdump")

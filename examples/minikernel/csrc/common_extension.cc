@@ -78,6 +78,19 @@ std::tuple<at::Tensor, at::Tensor> scaled_fp4_quant(const at::Tensor& x, const a
   return {out, scales};
 }
 
+at::Tensor arch_tag(const at::Tensor& x) {
+  // The arch dispatch comes first, as in sgl-kernel's entry points: on a GPU family this
+  // build has no kernel for it raises before any tensor is looked at.
+  const minikernel::ArchTagLaunch launch = minikernel::arch_tag_dispatch();
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat, "arch_tag: input must be a float32 CUDA tensor");
+  const at::cuda::CUDAGuard guard(x.device());
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  check_cuda(launch(xc.data_ptr<float>(), out.data_ptr<float>(), xc.numel(), at::cuda::getCurrentCUDAStream()),
+             "arch_tag kernel launch");
+  return out;
+}
+
 bool nvfp4_enabled() { return minikernel::nvfp4_enabled(); }
 
 }  // namespace
@@ -88,6 +101,10 @@ TORCH_LIBRARY(minikernel, m) {
 
   m.def("scaled_fp4_quant(Tensor x, Tensor global_scale) -> (Tensor, Tensor)");
   m.impl("scaled_fp4_quant", c10::kCUDA, &scaled_fp4_quant);
+
+  // Registered for every backend (no dispatch key), so that on a host without a GPU the
+  // MINIKERNEL_FAKE_SM seam reaches the arch dispatch; the op itself still needs CUDA tensors.
+  m.def("arch_tag(Tensor x) -> Tensor", &arch_tag);
 
   // Backend-less: callable on a host without a GPU (the verify stage's import check).
   m.def("nvfp4_enabled() -> bool", &nvfp4_enabled);

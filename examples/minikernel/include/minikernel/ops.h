@@ -34,4 +34,10 @@ cudaError_t launch_scaled_fp4_quant(const void* x, const float* global_scale, ui
                                     uint8_t* out_scales, int64_t m, int64_t n, DType dtype,
                                     cudaStream_t stream);
 
+// arch_tag (csrc/arch_dispatch.cu): out[i] = x[i] + family of the branch that ran (120, 100,
+// 90 or 80), float32. The dispatch on getSMVersion() happens first and returns that branch's
+// launcher; the binding checks the tensors and launches after it.
+using ArchTagLaunch = cudaError_t (*)(const float* x, float* out, int64_t n, cudaStream_t stream);
+ArchTagLaunch arch_tag_dispatch();
+
 }  // namespace minikernel

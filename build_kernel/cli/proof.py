@@ -1,0 +1,53 @@
+"""`prune-proof`: a pruned wheel against an unpruned build of the same commit and archs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.table import Table
+
+from build_kernel.cli.options import Options, emit, shared_options
+
+if TYPE_CHECKING:
+    from build_kernel.stages.verify.prune_proof import Proof
+
+
+def _table(proof: Proof) -> Table:
+    table = Table("library", "result")
+    for lib in proof.libraries:
+        table.add_row(lib.path, f"{' '.join(lib.archs)}: functions pruned {lib.functions_pruned}, unpruned "
+                                f"{lib.functions_unpruned}; identical {lib.identical}, missing {len(lib.missing)}, "
+                                f"differing {len(lib.differing)}; removed by pruning {lib.removed}")
+        if lib.fp4_pruned:
+            table.add_row("  FP4 SASS", ", ".join(f"{k} {v} vs {lib.fp4_unpruned.get(k, 0)}"
+                                                  for k, v in lib.fp4_pruned.items()))
+    for failure in proof.failures:
+        table.add_row("[red]FAIL[/]", failure)
+    table.add_row("result", "[green]passed[/]: pruning removed only functions, and changed none"
+                  if proof.passed else "[red]failed[/]")
+    return table
+
+
+@click.command("prune-proof")
+@click.argument("pruned", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--against", "unpruned", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The unpruned wheel: the same commit and archs, built without the arch-pruning patch.")
+@shared_options
+@click.pass_obj
+def prune_proof_cmd(opts: Options, pruned: Path, unpruned: Path) -> None:
+    """Prove PRUNED holds only functions of UNPRUNED, with the same SASS, and as many FP4 opcodes
+    (the recipe's [verify] fp4_sass; without --recipe no FP4 counts are compared)."""
+    from build_kernel import recipe
+    from build_kernel.stages.verify import prune_proof
+
+    patterns = recipe.load(opts.recipe).verify.fp4_sass if opts.recipe else ()
+    proof = prune_proof.prove(pruned, unpruned, patterns, env=opts.env)
+    emit(opts, proof.to_dict(), _table(proof))
+    if not proof.passed:
+        sys.exit(7)
+
+
+COMMANDS = (prune_proof_cmd,)

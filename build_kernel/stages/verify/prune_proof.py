@@ -1,0 +1,238 @@
+"""The proof that arch pruning removed only code that cannot run (issue 22 item 2).
+
+A pruned wheel (the arch-dispatch patch: only the asked families' branches instantiated) is
+compared with an unpruned build of the same commit and archs: for every library and every
+arch (cubin) of the pruned one, each of its functions must exist in the unpruned library with
+the same SASS, and the FP4 opcode counts (`[verify] fp4_sass`) must be equal per library.
+Functions only the unpruned side has are what pruning removed (counted, not a failure).
+
+Each library is disassembled by one streamed `cuobjdump -sass` call (cubins.sass_lines); every
+function is kept as a digest plus its compressed text, so a 16 MB common_ops with 67 cubins
+stays small in memory and a differing function can still name its first differing instruction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import zlib
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from build_kernel.stages.verify import cubins
+from build_kernel.stages.verify.checks import unpack
+
+# What is normalised, and why (everything else must be byte-for-byte the same text):
+# - the `/*0120*/` offset and the `/* 0x... */` encoding comments: the encoding repeats the
+#   instruction (and carries relocated values, below); offsets are implied by the order;
+# - the bank offset of constant banks other than 0, `c[0x4][0x10]` -> `c[0x4][~]`: bank 0 is
+#   the kernel's parameters (laid out by its signature: kept), but the other banks (global
+#   addresses filled in by relocations, `__constant__` data) are laid out per cubin, so the
+#   same variable sits elsewhere once other kernels are gone;
+# - call targets, `CALL.REL.NOINC 0x1a0` -> `CALL.REL.NOINC ~`: a callee in another section
+#   is at a layout-dependent distance;
+# - relocation expressions of relocatable code, `32@lo(sym)` -> `32@lo(~)`;
+# - nvcc's per-compilation tag in anonymous-namespace names, `_GLOBAL__N__93fb1d96_` ->
+#   `_GLOBAL__N__~_`: it differs between two compiles of one file (seen: the miniature's
+#   pruned and unpruned builds), so every kernel in an anonymous namespace would look missing.
+# Branch targets (`BRA 0x180`) are kept: cuobjdump prints them relative to the function's own
+# section, so identical code has identical targets and a changed jump is a real difference.
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*(?:/\* 0x[0-9a-f]+ \*/)?\s*$")
+_FUNCTION = re.compile(r"^\s+Function : (\S+)")
+_ARCH = re.compile(r"^arch = (\S+)")
+_BANK = re.compile(r"c\[0x([0-9a-f]+)\]\[[^\]]*\]")
+_CALL = re.compile(r"^((?:@!?U?P\w+\s+)?CALL\.\S+)\s+0x[0-9a-f]+")
+_RELOC = re.compile(r"(32@(?:lo|hi))\([^)]*\)")
+_ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+
+
+def _bank(m: re.Match[str]) -> str:
+    return m.group(0) if m.group(1) == "0" else f"c[0x{m.group(1)}][~]"
+
+
+def normalise(instruction: str) -> str:
+    text = instruction.rstrip(" ;")
+    text = _BANK.sub(_bank, text)
+    text = _CALL.sub(r"\1 ~", text)
+    return _ANON.sub("_GLOBAL__N__~_", _RELOC.sub(r"\1(~)", text))
+
+
+@dataclass(frozen=True)
+class Body:
+    """One function's normalised SASS: its digest, its instruction count, the text compressed."""
+
+    digest: bytes
+    count: int
+    packed: bytes
+
+    def lines(self) -> list[str]:
+        return zlib.decompress(self.packed).decode().split("\n") if self.count else []
+
+
+@dataclass
+class Disassembly:
+    """A library's functions per (arch, name); a name may repeat (one copy per cubin)."""
+
+    functions: dict[tuple[str, str], list[Body]] = field(default_factory=dict)
+    fp4: dict[str, int] = field(default_factory=dict)  # "sm_120a:PATTERN" -> matches
+
+    @property
+    def archs(self) -> list[str]:
+        return sorted({arch for arch, _ in self.functions})
+
+    def count(self) -> int:
+        return sum(len(bodies) for bodies in self.functions.values())
+
+
+def parse(lines: Iterable[str], patterns: tuple[str, ...]) -> Disassembly:
+    """`cuobjdump -sass` text to functions; FP4 opcodes counted per arch as they go by."""
+    out = Disassembly()
+    compiled = [(p, re.compile(p)) for p in patterns]
+    arch, name, body = "", "", list[str]()
+
+    def close() -> None:
+        if not name:
+            return
+        text = "\n".join(body)
+        out.functions.setdefault((arch, name), []).append(
+            Body(hashlib.blake2b(text.encode(), digest_size=16).digest(), len(body), zlib.compress(text.encode(), 1)))
+        for pattern, rx in compiled:
+            key = f"{arch}:{pattern}"
+            out.fp4[key] = out.fp4.get(key, 0) + len(rx.findall(text))
+
+    for line in lines:
+        if (m := _INSTRUCTION.match(line)) is not None:
+            if name:
+                body.append(normalise(m.group(1)))
+        elif (m := _FUNCTION.match(line)) is not None:
+            close()
+            name, body = _ANON.sub("_GLOBAL__N__~_", m.group(1)), []
+        elif (m := _ARCH.match(line)) is not None:
+            close()
+            name, body, arch = "", [], m.group(1)
+            for pattern, _ in compiled:
+                out.fp4.setdefault(f"{arch}:{pattern}", 0)
+    close()
+    return out
+
+
+@dataclass
+class Difference:
+    arch: str
+    function: str
+    first: str  # the first differing instruction, both sides
+
+
+@dataclass
+class LibraryProof:
+    path: str
+    archs: list[str]
+    functions_pruned: int = 0
+    functions_unpruned: int = 0
+    identical: int = 0
+    # Functions of the pruned library the unpruned one lacks ("arch function"): a failure.
+    missing: list[str] = field(default_factory=list)
+    differing: list[Difference] = field(default_factory=list)
+    # In the unpruned library only: what pruning removed.
+    removed: int = 0
+    fp4_pruned: dict[str, int] = field(default_factory=dict)
+    fp4_unpruned: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Proof:
+    pruned: str
+    unpruned: str
+    libraries: list[LibraryProof] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "passed": self.passed}
+
+
+def first_difference(ours: Body, theirs: Body) -> str:
+    a, b = ours.lines(), theirs.lines()
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # one may be longer: handled below
+        if x != y:
+            return f"instruction {i}: pruned `{x}`, unpruned `{y}`"
+    i = min(len(a), len(b))
+    return f"instruction {i}: pruned {f'`{a[i]}`' if i < len(a) else 'ends'}, " \
+           f"unpruned {f'`{b[i]}`' if i < len(b) else 'ends'}"
+
+
+def compare(path: str, pruned: Disassembly, unpruned: Disassembly) -> LibraryProof:
+    lib = LibraryProof(path, pruned.archs, pruned.count(), unpruned.count())
+    for (arch, name), bodies in sorted(pruned.functions.items()):
+        left = list(unpruned.functions.get((arch, name), []))
+        for body in bodies:
+            same = next((i for i, other in enumerate(left) if other.digest == body.digest), None)
+            if same is not None:
+                left.pop(same)
+                lib.identical += 1
+            elif not left:
+                lib.missing.append(f"{arch} {name}")
+            else:
+                lib.differing.append(Difference(arch, name, first_difference(body, left.pop(0))))
+    lib.removed = lib.functions_unpruned - lib.identical - len(lib.differing)
+    lib.fp4_pruned, lib.fp4_unpruned = pruned.fp4, unpruned.fp4
+    return lib
+
+
+def _failures(lib: LibraryProof, unpruned_archs: list[str]) -> list[str]:
+    out = []
+    absent = sorted(set(lib.archs) - set(unpruned_archs))
+    if absent:
+        out.append(f"{lib.path}: the unpruned library has no {', '.join(absent)} code to compare with")
+    if lib.missing:
+        out.append(f"{lib.path}: {len(lib.missing)} function(s) of the pruned library are not in the unpruned one "
+                   f"(first: {lib.missing[0]})")
+    if lib.differing:
+        d = lib.differing[0]
+        out.append(f"{lib.path}: {len(lib.differing)} function(s) have other SASS than in the unpruned library "
+                   f"(first: {d.function} on {d.arch}, {d.first})")
+    counts = {k: (lib.fp4_pruned.get(k, 0), lib.fp4_unpruned.get(k, 0)) for k in lib.fp4_pruned
+              if k.split(":", 1)[0] in lib.archs}
+    unequal = {k: v for k, v in counts.items() if v[0] != v[1]}
+    if unequal:
+        out.append(f"{lib.path}: FP4 opcode counts differ: "
+                   + ", ".join(f"{k} pruned {a} vs unpruned {b}" for k, (a, b) in sorted(unequal.items())))
+    return out
+
+
+def prove(pruned: Path, unpruned: Path, patterns: tuple[str, ...], *, env: Mapping[str, str]) -> Proof:
+    """Compare every CUDA library of `pruned` with its counterpart (same path) in `unpruned`."""
+    tool = cubins.cuobjdump(env)
+    proof = Proof(pruned.name, unpruned.name)
+    with tempfile.TemporaryDirectory(prefix="bk-prune-proof-") as tmp_str:
+        tmp = Path(tmp_str)
+        ours, _ = unpack(pruned, tmp / "pruned", libraries_only=True)
+        theirs, _ = unpack(unpruned, tmp / "unpruned", libraries_only=True)
+        rel_ours = {str(so.relative_to(tmp / "pruned")): so for so in ours}
+        rel_theirs = {str(so.relative_to(tmp / "unpruned")): so for so in theirs}
+        jobs = [*rel_ours.values(), *(rel_theirs[r] for r in rel_ours if r in rel_theirs)]
+        # cuobjdump runs in its own process; the parsing threads share the GIL but overlap with it.
+        with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2) or 1) as pool:
+            done = dict(zip(jobs, pool.map(lambda so: parse(cubins.sass_lines(so, tool, env), patterns), jobs),
+                            strict=True))
+    for rel, so in sorted(rel_ours.items()):
+        mine = done[so]
+        if not mine.functions:
+            continue  # no device code (a host-only library)
+        if rel not in rel_theirs:
+            proof.failures.append(f"{rel}: not in the unpruned wheel {unpruned.name}")
+            continue
+        other = done[rel_theirs[rel]]
+        lib = compare(rel, mine, other)
+        proof.libraries.append(lib)
+        proof.failures.extend(_failures(lib, other.archs))
+    if not proof.libraries and not proof.failures:
+        proof.failures.append(f"{pruned.name}: no CUDA library with device code to compare")
+    return proof

@@ -1,0 +1,126 @@
+"""Arch pruning (patches/minikernel/v1/0006) on real wheels: a pruned GPU family raises one line,
+and the prune proof passes for pruned vs unpruned and fails for a pair that really differs.
+
+MINIKERNEL_FAKE_SM is the miniature's declared test seam (include/minikernel/sm_version.h): it
+stands in for a GPU of that compute capability, so a host without a GPU reaches the branch the
+arch dispatch takes on that GPU (the dispatch runs before any kernel launch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from build_kernel import recipe as recipe_mod
+from build_kernel.stages.verify import prune_proof
+from tests.conftest import REPO_ROOT, DemoBuild, run_cli
+
+pytestmark = pytest.mark.slow
+FP4 = recipe_mod.load("demo").verify.fp4_sass
+CALL = "import torch, minikernel\ntry:\n    torch.ops.minikernel.arch_tag(torch.ones(4))\n" \
+       "except Exception as e:\n    print(type(e).__name__ + ': ' + str(e))\n"
+
+
+def call_arch_tag(wheel: Path, tmp_path: Path, fake_sm: str) -> str:
+    """arch_tag on CPU tensors, in a clean interpreter that imports the installed wheel."""
+    site = tmp_path / "site"
+    if not site.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                        str(wheel)], check=True)
+    proc = subprocess.run([sys.executable, "-c", CALL], env={**os.environ, "PYTHONPATH": str(site),
+                                                                "MINIKERNEL_FAKE_SM": fake_sm},
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    return proc.stdout.strip()
+
+
+def test_a_pruned_family_raises_one_line_naming_op_gpu_archs_and_fix(demo_build: DemoBuild, tmp_path: Path) -> None:
+    # demo builds for 12.0a only: the 9.0 branch was compiled out.
+    assert call_arch_tag(demo_build.wheel, tmp_path, "90") == (
+        "RuntimeError: arch_tag: this minikernel was built for sm_120a only and this GPU is compute capability 9.0; "
+        "rebuild with 9.0a in TORCH_CUDA_ARCH_LIST")
+    # The kept family gets past the dispatch to the op's own checks (CPU tensors).
+    assert call_arch_tag(demo_build.wheel, tmp_path, "120") == "RuntimeError: arch_tag: input must be a float32 CUDA tensor"
+
+
+def test_unpruned_keeps_every_family(unpruned_demo_build: Path, tmp_path: Path) -> None:
+    assert call_arch_tag(unpruned_demo_build, tmp_path, "90") == "RuntimeError: arch_tag: input must be a float32 CUDA tensor"
+
+
+def test_prune_proof_passes_for_pruned_against_unpruned(demo_build: DemoBuild, unpruned_demo_build: Path) -> None:
+    proc = run_cli("--json", "prune-proof", str(demo_build.wheel), "--against", str(unpruned_demo_build),
+                   "--recipe", "demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] and not data["failures"]
+    [lib] = data["libraries"]
+    assert lib["path"] == "minikernel/sm100/common_ops.so" and lib["archs"] == ["sm_120a"]
+    # arch_tag's four branch kernels are in the unpruned sm_120a cubin; pruning kept one (120).
+    assert lib["functions_unpruned"] - lib["functions_pruned"] == 3 == lib["removed"]
+    assert lib["identical"] == lib["functions_pruned"] and not lib["missing"] and not lib["differing"]
+    key = f"sm_120a:{FP4[0]}"
+    assert lib["fp4_pruned"][key] == lib["fp4_unpruned"][key] > 0
+    table = run_cli("prune-proof", str(demo_build.wheel), "--against", str(unpruned_demo_build), "--recipe", "demo")
+    assert table.returncode == 0 and "removed by pruning 3" in table.stdout
+
+
+def test_prune_proof_the_other_way_round_fails_on_the_missing_kernels(demo_build: DemoBuild,
+                                                                       unpruned_demo_build: Path) -> None:
+    proc = run_cli("prune-proof", str(unpruned_demo_build), "--against", str(demo_build.wheel), "--recipe", "demo")
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    assert "3 function(s) of the pruned library are not in the unpruned one" in proc.stdout
+    assert "arch_dispatch" in proc.stdout
+
+
+def _wheel_with_library(template: Path, so: Path, out: Path) -> Path:
+    """A copy of a real wheel whose common_ops.so is `so` (the wheel's other files kept)."""
+    out.mkdir(parents=True)
+    target = out / template.name
+    with zipfile.ZipFile(template) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = so.read_bytes() if info.filename == "minikernel/sm100/common_ops.so" else src.read(info)
+            dst.writestr(info, data)
+    return target
+
+
+def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str) -> Path:
+    """activation.cu alone, for sm_120a, into a shared library, with the nvcc the demo wheel was built with."""
+    with zipfile.ZipFile(demo_build.wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))
+        nvcc = json.loads(zf.read(name))["toolchain"]["nvcc"]
+    folder.mkdir(parents=True)
+    source = folder / "activation.cu"  # compiled from its own folder, as a build tree would
+    shutil.copy(REPO_ROOT / "examples/minikernel/csrc/activation.cu", source)
+    so = folder / "common_ops.so"
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-gencode=arch=compute_120a,code=sm_120a",
+                    "-I", str(REPO_ROOT / "examples/minikernel/include"), *flags, str(source), "-o", str(so)],
+                   check=True, capture_output=True, cwd=folder)
+    return so
+
+
+def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild, tmp_path: Path) -> None:
+    # Real compiles of one TU: twice with the same flags in two folders (nvcc's anonymous-namespace
+    # tag differs: normalised), and once with -use_fast_math (expf becomes other SASS).
+    plain = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "a"), tmp_path / "wa")
+    again = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "b"), tmp_path / "wb")
+    fast = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "c", "-use_fast_math"),
+                               tmp_path / "wc")
+    same = prune_proof.prove(again, plain, FP4, env=os.environ)
+    assert same.passed, same.failures
+    [lib] = same.libraries
+    assert lib.identical == lib.functions_pruned == lib.functions_unpruned == 3
+    differ = prune_proof.prove(fast, plain, FP4, env=os.environ)
+    assert not differ.passed
+    [lib] = differ.libraries
+    assert len(lib.differing) == 3 and lib.identical == 0 and not lib.missing
+    assert all("silu_and_mul_kernel" in d.function for d in lib.differing)
+    [failure] = differ.failures
+    assert failure.startswith("minikernel/sm100/common_ops.so: 3 function(s) have other SASS than in the unpruned "
+                              "library (first: ")
+    first = lib.differing[0].first
+    assert first.startswith("instruction ") and ": pruned `" in first and "unpruned `" in first
