@@ -8,8 +8,11 @@ jobs and nvcc threads by its own rule, exactly as on that host:
     naive       jobs = nproc = 16,                   nvcc --threads 32
     upstream    jobs = min(nproc*2/3, 64) = 10,      --threads 32
     flashattn   jobs = min(nproc/2, host free GB/9), --threads 4 (reads the host's 125 GB, not the cap)
-    static      ours before: jobs from the cap and a fixed 4 GB per job (resources.plan_jobs), --threads 1
-    governor    ours: the jobserver FIFO with predictions from the profile, heaviest first, --threads 1
+    static      ours with scheduler = "static": jobs from the cap and a fixed 4 GB per job (resources.plan_jobs)
+    governor    ours by default (ninja >= 1.13): the jobserver FIFO with predictions from the profile
+    (both --threads 1, and both as the build runs them: ninja through ninja_order's CMAKE_MAKE_PROGRAM
+    script, which starts the compiles longest first by the profile; the governor from
+    scheduling.governor, the build's own defaults. The other three run CMake's order.)
 
 Every "compile" is a replay (build_kernel/stages/build/replay.py) run by real ninja inside a
 real memory cgroup this script creates: it allocates its profiled tree peak and holds it
@@ -42,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.scheduler_compiles import recorder_overhead
 from build_kernel.errors import BuildError
 from build_kernel.resources import Resources, plan_jobs
-from build_kernel.stages.build import cgroup, jobserver, planner, profile, runner
+from build_kernel.stages.build import cgroup, jobserver, ninja_order, planner, profile, runner, scheduling
 from build_kernel.stages.build.replay import Unit, write_ninja
 
 GiB, MiB = 1024**3, 1024**2
@@ -52,6 +55,7 @@ CORES, HOST_FREE_GB, RESERVE_GB, JOB_GB = 16, 125, 2.0, 4.0
 LIBS = ("sm100", "sm90")
 DEADLINE = 4.0  # x the lower bound: a policy still running then is stopped, its units left unfinished
 OVERHEAD_MB = 12  # a replay's python and ninja's share, real MiB: predicted on top of the scaled peak
+OURS = ("static", "governor")  # the build's own policies: build.ninja ordered longest first, as the build does
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ def policies(cap_gb: float) -> list[Policy]:
             Policy("upstream", min(CORES * 2 // 3, 64), 32, "jobs = min(nproc*2/3, 64), --threads 32"),
             Policy("flashattn", min(CORES // 2, HOST_FREE_GB // 9), 4, "jobs = min(nproc/2, host free GB/9), NVCC_THREADS=4"),
             Policy("static", static.jobs, 1, static.derivation),
-            Policy("governor", 0, 1, "jobserver FIFO: Σ predicted peaks ≤ cap - reserve, heaviest first")]
+            Policy("governor", 0, 1, "jobserver FIFO: Σ predicted peaks ≤ cap - reserve; compiles longest first")]
 
 
 def lower_bound(units: list[Model], cap_gb: float) -> float:
@@ -145,26 +149,29 @@ def run_policy(p: Policy, units: list[Model], scale: Scale, cap_gb: float, work:
     folder = work / p.name
     cap = int(cap_gb * GiB / scale.mem)
     reserve = int(RESERVE_GB * GiB / scale.mem)
-    order = units
     gov: jobserver.Governor | None = None
-    if p.jobs == 0:
-        db = work / "profile.sqlite"
-        seeded_profile(db, units)
-        tus = planner.heaviest_first(planner.plan_tus(db, int(JOB_GB * GiB), [(u.name, "upstream-B") for u in units]))
-        order = [next(u for u in units if u.name == t.source) for t in tus]
-        preds = {t.source: int(t.peak_bytes / scale.mem) + OVERHEAD_MB * MiB for t in tus}
-    write_ninja(folder, [scale.unit(u) for u in order])
+    # Upstream's manifest order (CMake's: the profile's TU order, library by library) for every policy.
+    write_ninja(folder, [scale.unit(u) for u in units], sources=True)
     ninja = shutil.which("ninja", path=str(Path(sys.executable).parent)) or "ninja"
+    if p.name in OURS:
+        # What the build ships: the profile the recorder would have written, and ninja through ninja_order's
+        # script, which reorders build.ninja longest first by it before ninja runs (scheduling.make_program).
+        db = work / f"{p.name}-profile.sqlite"
+        seeded_profile(db, units)
+        ninja = str(ninja_order.install(work / f"{p.name}-bin", python=sys.executable, ninja=ninja, build_dir=folder,
+                                        data=ninja_order.predictions(db, None, [folder])))
+    if p.jobs == 0:
+        tus = planner.plan_tus(db, int(JOB_GB * GiB), [(u.name, "upstream-B") for u in units])
+        preds = {t.source: int(t.peak_bytes / scale.mem) + OVERHEAD_MB * MiB for t in tus}
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")}
     with cgroup.memory_cgroup(cap, f"bench-{p.name}") as group:
         # Each policy is capped at DEADLINE x its lower bound, as the measured run capped each policy's wall.
         argv = cgroup.in_cgroup(group, ["/bin/sh", "-c", f'exec timeout -s INT "$LEFT_S" {ninja} -C {folder} '
                                                          '${NINJA_JOBS:+-j$NINJA_JOBS}'])
         if p.jobs == 0:
-            gov = jobserver.Governor(work / "gov", budget=cap - reserve, predictions=preds,
-                                     default=int(JOB_GB * GiB / scale.mem), complete=True, max_jobs=CORES,
-                                     available=lambda: cgroup.available(group), reserve=reserve,
-                                     order=list(preds))
+            gov = scheduling.governor(work / "gov", budget=cap - reserve, predictions=preds,
+                                      default=int(JOB_GB * GiB / scale.mem), max_jobs=CORES,
+                                      available=lambda: cgroup.available(group), reserve=reserve)
         start, attempts, failed = time.monotonic(), None, ""
         deadline = start + DEADLINE * lower_bound(units, cap_gb) / scale.time
 
@@ -233,7 +240,8 @@ def main() -> None:
         for cap_gb, names in scenarios:
             runs.append([])
             for p in (p for p in policies(cap_gb) if p.name in names):
-                units = [Model(f"{lib}/{m.name}", m.peak_mb, m.wall_s, m.cpu_s, m.measured)
+                # Named as sources (`.cu`): ninja_order finds a compile's source in its command line.
+                units = [Model(f"{lib}/{m.name}.cu", m.peak_mb, m.wall_s, m.cpu_s, m.measured)
                          for lib in LIBS for m in (model(rows_csv, tu, p.threads) for tu in tus)]
                 print(f"== {p.name} under {cap_gb:g} GB: {p.rule}", flush=True)
                 work = (args.keep or Path(tmp_dir)) / f"cap{cap_gb:g}"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from build_kernel import toolchain
-from build_kernel.stages.build import cgroup, jobserver, planner, profile, scheduling
+from build_kernel.stages.build import cgroup, ninja_order, planner, profile, scheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI = ROOT / "examples" / "minikernel"
@@ -55,8 +55,11 @@ def write_build(folder: Path, nvcc: str, sources: list[Path], launcher: list[str
     (folder / "build.ninja").write_text("\n".join(lines) + "\n")
 
 
-def _ninja(folder: Path, *args: str, env: dict[str, str] | None = None, group: Path | None = None) -> float:
-    ninja = shutil.which("ninja", path=str(Path(sys.executable).parent)) or "ninja"
+NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or "ninja"
+
+
+def _ninja(folder: Path, *args: str, env: dict[str, str] | None = None, group: Path | None = None,
+           ninja: str = NINJA) -> float:
     shutil.rmtree(folder / ".ninja_log", ignore_errors=True)
     for obj in folder.glob("*.o"):
         obj.unlink()
@@ -101,18 +104,21 @@ def recorder_overhead(work: Path) -> dict[str, object]:
 
 def governed(work: Path, nvcc: str, sources: list[Path], db: Path) -> dict[str, object]:
     """The same compiles with the governor reading what the recorder wrote, under a cap that -j2 exceeds."""
-    tus = planner.heaviest_first(planner.plan_tus(db, 4 << 30))
+    tus = planner.plan_tus(db, 4 << 30)
     sum2 = sum(sorted((t.peak_bytes for t in tus), reverse=True)[:2])
     cap = int(sum2 * 0.8) + 64 * MiB  # the two heaviest together do not fit; each alone does
-    order = [next(s for s in sources if s.name == Path(t.source).name) for t in tus]
-    write_build(work / "governed", nvcc, order, [])
+    # As the build ships: the sources in their own order, ninja through ninja_order's script (longest
+    # first by what the recorder wrote), the governor with the build's defaults (scheduling.governor).
+    write_build(work / "governed", nvcc, sources, [])
+    ninja = str(ninja_order.install(work / "governed-bin", python=sys.executable, ninja=NINJA,
+                                    build_dir=work / "governed",
+                                    data=ninja_order.predictions(db, None, [work / "src", MINI])))
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")}
     preds = {Path(t.source).name: t.peak_bytes + 8 * MiB for t in tus}
     with cgroup.memory_cgroup(cap, "bench-real") as group:
-        with jobserver.Governor(work / "gov", budget=cap - 32 * MiB, predictions=preds, default=512 * MiB,
-                                complete=True, max_jobs=2, available=lambda: cgroup.available(group),
-                                reserve=32 * MiB, order=list(preds)) as gov:
-            wall = _ninja(work / "governed", env={**env, "MAKEFLAGS": gov.makeflags}, group=group)
+        with scheduling.governor(work / "gov", budget=cap - 32 * MiB, predictions=preds, default=512 * MiB,
+                                 max_jobs=2, available=lambda: cgroup.available(group), reserve=32 * MiB) as gov:
+            wall = _ninja(work / "governed", env={**env, "MAKEFLAGS": gov.makeflags}, group=group, ninja=ninja)
         kills, peak = cgroup.oom_kills(group), cgroup.peak(group)
     return {"cap_mb": cap // MiB, "wall_s": round(wall, 2), "peak_mb": peak // MiB, "oom_kills": kills,
             "max_jobs_seen": gov.stats.max_jobs_seen, "predicted_mb": {k: v // MiB for k, v in preds.items()}}

@@ -85,8 +85,29 @@ def test_governor_falls_back_on_old_ninja_and_says_so(project: Path, tmp_path: P
         assert env == {"MAKEFLAGS": f"--jobserver-auth=fifo:{tmp_path / 'work' / 'jobserver' / 'jobserver.fifo'}",
                        "CMAKE_BUILD_PARALLEL_LEVEL": ""}
     # An unknown scheduler is a recipe error at load, with the file and line.
-    with pytest.raises(RecipeError, match=r"bad.toml:\d+: build\.scheduler: 'fast' is not one of static, governor"):
+    with pytest.raises(RecipeError, match=r"bad.toml:\d+: build\.scheduler: 'fast' is not one of auto, static, governor"):
         _plan(project, tmp_path / "c", 'scheduler = "fast"\n', name="bad")
+
+
+def test_auto_is_the_governor_where_ninja_follows_a_jobserver(project: Path, tmp_path: Path) -> None:
+    plan = _plan(project, tmp_path)
+    assert plan.recipe.build.scheduler == "auto" and scheduling.setting(plan) == ("auto", "the default")
+    new = scheduling.choose(plan, "1.13.2", tmp_path / "work")
+    assert new.governor is not None and new.why.startswith("governor: jobserver FIFO")
+    assert "(scheduler auto: ninja 1.13.2 is a jobserver client)" in new.why
+    # The governor as shipped: unknown TUs may come, a free slot is charged the heaviest left.
+    assert new.governor.complete is False and new.governor.order is None and new.governor.max_jobs == RES.cpus
+    old = scheduling.choose(plan, "1.12.1", tmp_path / "work")
+    assert old.governor is None and old.why.startswith("scheduler auto: static job count, ninja 1.12.1 is older")
+    # A job count given by hand stays a ceiling under the governor; the environment (--scheduler) wins.
+    by_hand = resolve(plan.recipe, env={}, jobs=3, resources=RES, cache_dir=tmp_path / "cache")
+    gov = scheduling.choose(by_hand, "1.13.2", tmp_path / "work").governor
+    assert gov is not None and gov.max_jobs == 3
+    static = resolve(plan.recipe, env={"BUILD_KERNEL_SCHEDULER": "static"}, resources=RES, cache_dir=tmp_path / "cache")
+    assert scheduling.choose(static, "1.13.2", tmp_path / "work").governor is None
+    bad = resolve(plan.recipe, env={"BUILD_KERNEL_SCHEDULER": "fast"}, resources=RES, cache_dir=tmp_path / "cache")
+    with pytest.raises(RecipeError, match=r"environment BUILD_KERNEL_SCHEDULER \(--scheduler\): scheduler 'fast' is not"):
+        scheduling.choose(bad, "1.13.2", tmp_path / "work")
 
 
 def test_plan_says_where_each_estimate_comes_from(project: Path, tmp_path: Path) -> None:
@@ -99,9 +120,13 @@ def test_plan_says_where_each_estimate_comes_from(project: Path, tmp_path: Path)
     data = json.loads(proc.stdout)["scheduling"]
     assert data["tus"] == [{"source": "csrc/nvfp4_quant.cu", "peak_gb": 0.88, "wall_s": 40.0,
                             "from": "profile, 1 run(s)"}]
-    assert data["scheduler"] == "static" and data["default_gb"] > 0
+    assert data["scheduler"] == "auto" and data["in_effect"] in ("governor", "static") and data["default_gb"] > 0
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
     assert "csrc/nvfp4_quant.cu: 0.88 GB (profile, 1 run(s))" in text and "any other TU" in text
+    forced = json.loads(run_cli("--cache-dir", str(cache), "--json", "plan", "--recipe", str(path),
+                                "--scheduler", "static").stdout)["scheduling"]
+    assert (forced["scheduler"], forced["in_effect"]) == ("static", "static")
+    assert forced["scheduler_from"] == "environment BUILD_KERNEL_SCHEDULER (--scheduler)"
 
 
 @pytest.mark.slow
@@ -119,6 +144,8 @@ def test_real_build_under_the_governor_records_every_compile(project: Path, tmp_
     if "needs ninja >= 1.13" in log:
         pytest.skip("the build environment's ninja is older than 1.13")
     assert "# governor: jobserver FIFO" in log and "Jobserver mode detected: --jobserver-auth=fifo:" in log
+    # ninja ran through ninja_order's script (nothing recorded yet: CMake's order, said so).
+    assert "build-kernel: build.ninja: no prediction for its " in log, log
     rows = profile.rows(cache / "profile.sqlite")
     sources = {r.source for r in rows}
     assert {"csrc/activation.cu", "csrc/nvfp4_quant.cu"} <= sources, sources

@@ -59,25 +59,39 @@ def recipes_reference() -> None:
     click.echo(recipe.reference_markdown(), nl=False)
 
 
-def _toolkit(p: Plan) -> dict[str, str | None]:
-    """Which nvcc the build would use, and why, without installing anything."""
+def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
+    """Which nvcc the build would use, and why, without installing anything (and what else is there)."""
     from build_kernel.stages.build import buildenv, toolkit
 
     python = buildenv.python_for(p, dry_run=True)
     exists = Path(python).exists()
-    return toolkit.describe(p, toolchain.detect(python if exists else sys.executable, p.env), python_exists=exists)
+    facts = toolchain.detect(python if exists else sys.executable, p.env)
+    return toolkit.describe(p, facts, python_exists=exists), facts
 
 
-def _scheduling(p: Plan) -> dict[str, Any]:
-    """Where each per-TU memory prediction comes from: the recorded profile, or the built-in default."""
-    from build_kernel.stages.build import planner, scheduling
+def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
+    """The scheduler in effect, where each per-TU memory prediction comes from (the recorded profile,
+    or the built-in default), and what orders build.ninja's compiles."""
+    from build_kernel.stages.build import jobserver, ninja_order, planner, scheduling
 
     default = scheduling.default_bytes(p)
     tus = planner.plan_tus(scheduling.db_path(p), default)
-    return {"scheduler": p.recipe.build.scheduler, "profile": str(scheduling.db_path(p)) if p.recipe.build.profile else None,
-            "default_gb": round(default / 1024**3, 2),
+    name, where = scheduling.setting(p)
+    effect = name if name != "auto" else "governor" if jobserver.supports_jobserver(ninja_version) else "static"
+    shipped = Path(p.recipe.build.order_profile) if p.recipe.build.order_profile else None
+    order = ninja_order.preview(ninja_order.predictions(scheduling.db_path(p), shipped, []))
+    return {"scheduler": name, "scheduler_from": where, "in_effect": effect, "ninja": ninja_version,
+            "profile": str(scheduling.db_path(p)) if p.recipe.build.profile else None,
+            "default_gb": round(default / 1024**3, 2), "order": order,
             "tus": [{"source": t.source, "peak_gb": round(t.peak_bytes / 1024**3, 2), "wall_s": t.wall_s,
                      "from": f"{t.how}, {t.runs} run(s)" if t.runs else t.how} for t in planner.heaviest_first(tus)]}
+
+
+def _order_row(order: dict[str, Any]) -> str:
+    if order["source"] == "none":
+        return "CMake's (no recorded profile, no [build] order_profile)"
+    first = ", ".join(f"{e['source']} {e['seconds']:g} s" for e in order["first"])
+    return f"longest first by the {order['source']}{' ' + order['file'] if order['file'] else ''}: {first}, ..."
 
 
 @click.command("plan")
@@ -87,7 +101,7 @@ def plan_cmd(opts: Options) -> None:
     """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
     p = opts.plan()
     data = p.to_dict()
-    data["cuda_toolkit"] = _toolkit(p)
+    data["cuda_toolkit"], facts = _toolkit(p)
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
@@ -101,8 +115,10 @@ def plan_cmd(opts: Options) -> None:
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
-    data["scheduling"] = _scheduling(p)
-    table.add_row("scheduler", data["scheduling"]["scheduler"])
+    data["scheduling"] = sched = _scheduling(p, facts.ninja_version)
+    table.add_row("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
+                               f"ninja {sched['ninja'] or 'none'})")
+    table.add_row("compile order", _order_row(sched["order"]))
     for tu in data["scheduling"]["tus"]:
         table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
     table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")

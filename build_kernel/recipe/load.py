@@ -96,6 +96,9 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
         raise RecipeError([f"{chain[-1]}:{_line_of(chain[-1].read_text(), '', 'extends')}: extends: cycle {cycle} (remove one `extends`)"])
     data, text = _read_toml(path)
     origins = {key: (path, text) for key in data}
+    # And per key of each table: an inherited key's line (and a path's base) is in the file that set it.
+    origins.update({f"{table}.{key.replace('-', '_')}": (path, text) for table, keys in data.items()
+                    if isinstance(keys, dict) for key in keys})
     parent_name = data.get("extends")
     if parent_name is None:
         return data, origins
@@ -138,7 +141,7 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
 
     def where(table: str, key: str) -> str:
         top = table.split(".")[0]
-        file, text = origins.get(top, (path, path.read_text()))
+        file, text = origins.get(f"{table}.{key.replace('-', '_')}") or origins.get(top, (path, path.read_text()))
         return f"{file}:{_line_of(text, table, key)}"
 
     for key in raw:
@@ -153,6 +156,10 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
         for name, cls in SECTIONS.items()
     }
     sections["verify"] = replace(sections["verify"], libraries=_library_rules(raw.get("verify"), problems, where))
+    if order_profile := sections["build"].order_profile:
+        # Relative to the recipe file that names it (a parent's, when inherited), as `extends` paths are.
+        base = origins.get("build.order_profile", (path, ""))[0].parent
+        sections["build"] = replace(sections["build"], order_profile=str((base / order_profile).resolve()))
     deps = []
     dep_tables = raw.get("deps", {})
     if not isinstance(dep_tables, dict):

@@ -63,9 +63,14 @@ class Build:
     job_memory_gb: float = _doc("Predicted peak memory of one compile job per arch in flight, GB.", 4.0)
     reserve_gb: float = _doc("Memory left free for everything else while compiling, GB.", 2.0)
     max_oom_retries: int = _doc("Times an OOM-killed build resumes with fewer jobs before failing.", 3)
-    scheduler: str = _doc("How parallel compiles are started: `static` (a fixed job count from memory, halved after "
-                          "an OOM kill) or `governor` (a jobserver that starts a compile only while free memory covers "
-                          "the predicted peaks; needs ninja >= 1.13, else static with a warning).", "static")
+    scheduler: str = _doc("How parallel compiles are started: `auto` (the governor where the build environment's "
+                          "ninja is >= 1.13, static otherwise, said in the build log), `static` (a fixed job count "
+                          "from memory, halved after an OOM kill) or `governor` (a jobserver that starts a compile only "
+                          "while free memory covers the predicted peaks; needs ninja >= 1.13, else static with a "
+                          "warning). `--scheduler` / BUILD_KERNEL_SCHEDULER override it.", "auto")
+    order_profile: str = _doc("CSV (`source`, `seconds`; `#` lines are comments) of compile times shipped with the "
+                              "recipe, path relative to the recipe file: build.ninja's compiles start longest first "
+                              "by it when the recorded profile knows none of them.", "")
     profile: bool = _doc("Record every compile (wall, CPU, peak memory of its process tree, OOM kills) into "
                          "`<cache>/profile.sqlite`; the planner and the governor predict from it.", True)
     compile_cache: str = _doc("Compiler launcher for CUDA and C++ compiles: `none`, `ccache` or `sccache` "
@@ -187,9 +192,10 @@ class Recipe:
         return self.root / "patches" / self.patches.series / self.patches.version
 
 
+SCHEDULERS = ("auto", "static", "governor")
 _NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
 _SERVE_TOOLCHAIN = ("sglang", "flashinfer_python")
-_HOW_NOT_WHAT = ("compile_cache", "cache_url", "dist", "dist_scheduler", "scheduler", "profile")
+_HOW_NOT_WHAT = ("compile_cache", "cache_url", "dist", "dist_scheduler", "scheduler", "profile", "order_profile")
 SECTIONS: dict[str, type] = {
     "source": Source,
     "patches": Patches,

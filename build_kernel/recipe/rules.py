@@ -7,7 +7,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
-from build_kernel.recipe.model import SHA_RE, Build, Recipe, Serve
+from build_kernel.recipe.model import SCHEDULERS, SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
 
 
@@ -73,9 +73,10 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
     _check_compile_cache(r.build, where, problems)
-    if r.build.scheduler not in ("static", "governor"):
+    if r.build.scheduler not in SCHEDULERS:
         problems.add(where("build", "scheduler"), "build.scheduler",
-                     f"{r.build.scheduler!r} is not one of static, governor (e.g. scheduler = \"governor\")")
+                     f"{r.build.scheduler!r} is not one of {', '.join(SCHEDULERS)} (e.g. scheduler = \"governor\")")
+    _check_order_profile(r.build, where, problems)
     try:
         SpecifierSet(r.toolchain.cmake)
     except InvalidSpecifier:
@@ -152,3 +153,19 @@ def _check_compile_cache(b: Build, where: Any, problems: _Problems) -> None:
     if b.dist_scheduler and not b.dist_scheduler.startswith(("http://", "https://")):
         problems.add(where("build", "dist_scheduler"), "build.dist_scheduler",
                      f"{b.dist_scheduler!r} is not an http(s) URL (e.g. dist_scheduler = \"http://sched.internal:10600\")")
+
+
+def _check_order_profile(b: Build, where: Any, problems: _Problems) -> None:
+    """The shipped order profile must be there and readable now, not fail a build an hour in."""
+    if not b.order_profile:
+        return
+    from build_kernel.stages.build.ninja_order import read_shipped
+
+    try:
+        read_shipped(b.order_profile)
+    except FileNotFoundError:
+        problems.add(where("build", "order_profile"), "build.order_profile",
+                     f"no such file {b.order_profile} (the path is relative to the recipe file: fix it or remove the key)")
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        problems.add(where("build", "order_profile"), "build.order_profile",
+                     f"{b.order_profile}: {exc} (fix the file, or remove the key)")

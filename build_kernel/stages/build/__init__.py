@@ -101,6 +101,8 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     provenance.stamp_version(src / "pyproject.toml", version)
     # The profile recorder goes in front of the cache launcher (the tool's own python: it runs build_kernel).
     defines = scheduling.launcher_defines(plan, sys.executable, src, defines)
+    # ninja through ninja_order (the tool's python too): compiles start longest first.
+    defines = scheduling.make_program(plan, sys.executable, selected.facts.ninja, work, src, defines)
     sched = scheduling.choose(plan, selected.facts.ninja_version, work)
     cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
            f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",

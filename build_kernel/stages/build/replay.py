@@ -55,8 +55,10 @@ class Unit:
     duty: float = 0.0
 
 
-def write_ninja(folder: Path, units: Sequence[Unit], *, launcher: Sequence[str] = ()) -> Path:
-    """A build.ninja with one edge per unit, in the given order (ninja breaks ties by edge order)."""
+def write_ninja(folder: Path, units: Sequence[Unit], *, launcher: Sequence[str] = (), sources: bool = False) -> Path:
+    """A build.ninja with one edge per unit, in the given order (ninja breaks ties by edge order).
+    `sources`: each edge reads an empty `src/<name>`, as a compile its source (`ninja -t compdb`, which
+    ninja_order reads, lists only edges with an input)."""
     folder.mkdir(parents=True, exist_ok=True)
     me = shlex.join([sys.executable, str(Path(__file__).resolve())])
     command = " ".join([*(shlex.quote(w) for w in launcher), me, "$args --out $out"])
@@ -64,7 +66,11 @@ def write_ninja(folder: Path, units: Sequence[Unit], *, launcher: Sequence[str] 
              "  description = replay $out", ""]
     for u in units:
         args = f"--name {shlex.quote(u.name)} --mb {u.mb:.1f} --seconds {u.seconds:.3f} --lanes {u.lanes} --duty {u.duty:.4f}"
-        lines += [f"build {_target(u.name)}: replay", f"  args = {args}"]
+        source = f" src/{u.name}" if sources else ""
+        if sources:
+            (folder / "src" / u.name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / "src" / u.name).touch()
+        lines += [f"build {_target(u.name)}: replay{source}", f"  args = {args}"]
     lines.append(f"build all: phony {' '.join(_target(u.name) for u in units)}")
     lines.append("default all\n")
     path = folder / "build.ninja"

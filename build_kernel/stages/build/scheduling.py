@@ -9,12 +9,16 @@ with the compile-cache launcher when there is one:
 
 `[build] scheduler = "governor"` runs the build under the jobserver FIFO (jobserver.py) with
 per-TU predictions from that profile (planner.py); ninja older than 1.13 cannot be a
-jobserver client, so the build then runs with the static job count and says so.
+jobserver client, so the build then runs with the static job count and says so. The default,
+`auto`, is the governor where ninja can follow it and static otherwise (said in the log).
+
+Whatever the scheduler, CMAKE_MAKE_PROGRAM is ninja_order's script: build.ninja's compiles
+start longest first by the recorded (else the recipe's shipped) compile times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +26,13 @@ from pathlib import Path
 from build_kernel import log
 from build_kernel.errors import RecipeError
 from build_kernel.plan import Plan
+from build_kernel.recipe.model import SCHEDULERS
 from build_kernel.resources import GB, probe
-from build_kernel.stages.build import jobserver, planner, profile, recorder
+from build_kernel.stages.build import jobserver, ninja_order, planner, profile, recorder
 
 LANGUAGES = ("CUDA", "CXX", "C")  # as the compile cache sets them
 RECORDER = str(Path(recorder.__file__).resolve())
-SCHEDULERS = ("static", "governor")
+ENV = "BUILD_KERNEL_SCHEDULER"  # --scheduler sets it
 
 
 def db_path(plan: Plan) -> Path:
@@ -52,6 +57,18 @@ def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, s
     return out
 
 
+def make_program(plan: Plan, python: str, ninja: str | None, work: Path, src: Path,
+                 defines: Mapping[str, str]) -> dict[str, str]:
+    """`defines` with CMAKE_MAKE_PROGRAM = ninja_order's script in front of the recipe's make program or `ninja`."""
+    real = defines.get("CMAKE_MAKE_PROGRAM") or ninja
+    if not real:
+        return dict(defines)  # no ninja found: scikit-build-core says so
+    shipped = Path(plan.recipe.build.order_profile) if plan.recipe.build.order_profile else None
+    data = ninja_order.predictions(db_path(plan), shipped, [src])
+    script = ninja_order.install(work / "bin", python=python, ninja=real, build_dir=work / "cmake", data=data)
+    return {**defines, "CMAKE_MAKE_PROGRAM": str(script)}
+
+
 @dataclass(frozen=True)
 class Scheduling:
     governor: jobserver.Governor | None
@@ -59,29 +76,55 @@ class Scheduling:
     why: str
 
 
+def governor(folder: Path, *, budget: int, predictions: dict[str, int], default: int, max_jobs: int,
+             available: Callable[[], int], reserve: int) -> jobserver.Governor:
+    """The governor as the build runs it (the bench uses this too): TUs the profile does not know may
+    still come (complete=False), and each free slot is charged the heaviest left (order=None: the
+    edge order is by time, ninja_order's, not by memory, which the per-slot charge would need)."""
+    return jobserver.Governor(folder, budget=budget, predictions=predictions, default=default, complete=False,
+                              max_jobs=max_jobs, available=available, reserve=reserve, order=None)
+
+
+def setting(plan: Plan) -> tuple[str, str]:
+    """The scheduler asked for, and by whom: --scheduler / BUILD_KERNEL_SCHEDULER, else the recipe (default auto)."""
+    if plan.env.get(ENV):
+        return plan.env[ENV], f"environment {ENV} (--scheduler)"
+    table = plan.recipe.raw.get("build")
+    said = isinstance(table, dict) and "scheduler" in table
+    return plan.recipe.build.scheduler, "the recipe" if said else "the default"
+
+
 def choose(plan: Plan, ninja_version: str | None, work: Path) -> Scheduling:
-    """The governor when the recipe asks for it and ninja can follow it; the static job count otherwise."""
-    name = plan.recipe.build.scheduler
+    """The governor when asked for (or `auto`) and ninja can follow it; the static job count otherwise."""
+    name, where = setting(plan)
     if name not in SCHEDULERS:
-        raise RecipeError([f"{plan.recipe.path}: build.scheduler: {name!r} is not one of {', '.join(SCHEDULERS)} "
-                           "(e.g. scheduler = \"governor\")"])
+        # The recipe's value was checked at load: this is the environment's.
+        raise RecipeError([f"{where}: scheduler {name!r} is not one of {', '.join(SCHEDULERS)} (e.g. {ENV}=governor)"])
     tus = planner.plan_tus(db_path(plan), default_bytes(plan))
     if name == "static":
         return Scheduling(None, tus, plan.jobs.derivation)
     if not jobserver.supports_jobserver(ninja_version):
-        why = (f"scheduler = \"governor\" needs ninja >= 1.13 (a jobserver client), this is {ninja_version or 'none'}: "
-               f"static job count instead ({plan.jobs.derivation}); pip install 'ninja>=1.13' in the build environment")
-        log.warn(why)
+        if name == "auto":
+            why = (f"scheduler auto: static job count, ninja {ninja_version or 'none'} is older than 1.13 (no "
+                   f"jobserver client) ({plan.jobs.derivation})")
+            log.info(why)
+        else:
+            why = (f"scheduler = \"governor\" needs ninja >= 1.13 (a jobserver client), this is {ninja_version or 'none'}: "
+                   f"static job count instead ({plan.jobs.derivation}); pip install 'ninja>=1.13' in the build environment")
+            log.warn(why)
         return Scheduling(None, tus, why)
     reserve = int(plan.recipe.build.reserve_gb * GB)
     budget = plan.resources.memory_bytes - reserve
-    gov = jobserver.Governor(work / "jobserver", budget=budget, predictions={t.source: t.peak_bytes for t in tus},
-                             default=default_bytes(plan), complete=False, max_jobs=plan.resources.cpus,
-                             available=lambda: probe().memory_bytes, reserve=reserve)
+    # A job count given by hand (recipe number, MAX_JOBS, --jobs) stays a ceiling under the governor.
+    ceiling = plan.resources.cpus if plan.jobs.source == "auto" else min(plan.resources.cpus, plan.jobs.jobs)
+    gov = governor(work / "jobserver", budget=budget, predictions={t.source: t.peak_bytes for t in tus},
+                   default=default_bytes(plan), max_jobs=ceiling, available=lambda: probe().memory_bytes,
+                   reserve=reserve)
     known = sum(1 for t in tus if t.how != "default")
     why = (f"governor: jobserver FIFO, a compile starts while free memory ({plan.resources.memory_why}) - "
-           f"{plan.recipe.build.reserve_gb:g} GB covers the predicted peaks; {known} TU(s) predicted from the profile, "
-           f"others {default_bytes(plan) / GB:g} GB (default); ninja's own edge order (CMake's build.ninja is not reordered)")
+           f"{plan.recipe.build.reserve_gb:g} GB covers the predicted peaks, at most {ceiling} at once; {known} TU(s) "
+           f"predicted from the profile, others {default_bytes(plan) / GB:g} GB (default)"
+           + (f" (scheduler auto: ninja {ninja_version} is a jobserver client)" if name == "auto" else ""))
     return Scheduling(gov, tus, why)
 
 
