@@ -99,14 +99,14 @@ def test_auto_is_the_governor_where_ninja_follows_a_jobserver(project: Path, tmp
     assert new.governor.complete is False and new.governor.order is None and new.governor.max_jobs == RES.cpus
     old = scheduling.choose(plan, "1.12.1", tmp_path / "work")
     assert old.governor is None and old.why.startswith("scheduler auto: static job count, ninja 1.12.1 is older")
-    # A job count given by hand stays a ceiling under the governor; the environment (--scheduler) wins.
+    # A job count given by hand stays a ceiling under the governor; the environment (--compile-scheduler) wins.
     by_hand = resolve(plan.recipe, env={}, jobs=3, resources=RES, cache_dir=tmp_path / "cache")
     gov = scheduling.choose(by_hand, "1.13.2", tmp_path / "work").governor
     assert gov is not None and gov.max_jobs == 3
     static = resolve(plan.recipe, env={"BUILD_KERNEL_SCHEDULER": "static"}, resources=RES, cache_dir=tmp_path / "cache")
     assert scheduling.choose(static, "1.13.2", tmp_path / "work").governor is None
     bad = resolve(plan.recipe, env={"BUILD_KERNEL_SCHEDULER": "fast"}, resources=RES, cache_dir=tmp_path / "cache")
-    with pytest.raises(RecipeError, match=r"environment BUILD_KERNEL_SCHEDULER \(--scheduler\): scheduler 'fast' is not"):
+    with pytest.raises(RecipeError, match=r"environment BUILD_KERNEL_SCHEDULER \(--compile-scheduler\): scheduler 'fast' is not"):
         scheduling.choose(bad, "1.13.2", tmp_path / "work")
 
 
@@ -124,9 +124,9 @@ def test_plan_says_where_each_estimate_comes_from(project: Path, tmp_path: Path)
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
     assert "csrc/nvfp4_quant.cu: 0.88 GB (profile, 1 run(s))" in text and "any other TU" in text
     forced = json.loads(run_cli("--cache-dir", str(cache), "--json", "plan", "--recipe", str(path),
-                                "--scheduler", "static").stdout)["scheduling"]
+                                "--compile-scheduler", "static").stdout)["scheduling"]
     assert (forced["scheduler"], forced["in_effect"]) == ("static", "static")
-    assert forced["scheduler_from"] == "environment BUILD_KERNEL_SCHEDULER (--scheduler)"
+    assert forced["scheduler_from"] == "environment BUILD_KERNEL_SCHEDULER (--compile-scheduler)"
 
 
 @pytest.mark.slow

@@ -68,7 +68,7 @@ _SHARED: tuple[Callable[[F], F], ...] = (
     click.option("--compile-cache", type=click.Choice(["none", "ccache", "sccache"]),
                  callback=_store_env("BUILD_KERNEL_COMPILE_CACHE"), expose_value=False,
                  help="Compiler launcher (overrides BUILD_KERNEL_COMPILE_CACHE, the user config and the recipe)."),
-    click.option("--scheduler", type=click.Choice(["auto", "static", "governor"]),
+    click.option("--compile-scheduler", type=click.Choice(["auto", "static", "governor"]),
                  callback=_store_env("BUILD_KERNEL_SCHEDULER"), expose_value=False,
                  help="How compiles start: auto (governor where ninja >= 1.13), static, governor (overrides "
                       "BUILD_KERNEL_SCHEDULER and the recipe)."),

@@ -67,7 +67,7 @@ class Build:
                           "ninja is >= 1.13, static otherwise, said in the build log), `static` (a fixed job count "
                           "from memory, halved after an OOM kill) or `governor` (a jobserver that starts a compile only "
                           "while free memory covers the predicted peaks; needs ninja >= 1.13, else static with a "
-                          "warning). `--scheduler` / BUILD_KERNEL_SCHEDULER override it.", "auto")
+                          "warning). `--compile-scheduler` / BUILD_KERNEL_SCHEDULER override it.", "auto")
     order_profile: str = _doc("CSV (`source`, `seconds`; `#` lines are comments) of compile times shipped with the "
                               "recipe, path relative to the recipe file: build.ninja's compiles start longest first "
                               "by it when the recorded profile knows none of them.", "")

@@ -32,7 +32,7 @@ from build_kernel.stages.build import jobserver, ninja_order, planner, profile, 
 
 LANGUAGES = ("CUDA", "CXX", "C")  # as the compile cache sets them
 RECORDER = str(Path(recorder.__file__).resolve())
-ENV = "BUILD_KERNEL_SCHEDULER"  # --scheduler sets it
+ENV = "BUILD_KERNEL_SCHEDULER"  # --compile-scheduler sets it
 
 
 def db_path(plan: Plan) -> Path:
@@ -86,9 +86,9 @@ def governor(folder: Path, *, budget: int, predictions: dict[str, int], default:
 
 
 def setting(plan: Plan) -> tuple[str, str]:
-    """The scheduler asked for, and by whom: --scheduler / BUILD_KERNEL_SCHEDULER, else the recipe (default auto)."""
+    """The scheduler asked for, and by whom: --compile-scheduler / BUILD_KERNEL_SCHEDULER, else the recipe (default auto)."""
     if plan.env.get(ENV):
-        return plan.env[ENV], f"environment {ENV} (--scheduler)"
+        return plan.env[ENV], f"environment {ENV} (--compile-scheduler)"
     table = plan.recipe.raw.get("build")
     said = isinstance(table, dict) and "scheduler" in table
     return plan.recipe.build.scheduler, "the recipe" if said else "the default"
