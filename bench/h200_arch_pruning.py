@@ -37,7 +37,7 @@ PROFILE_CSV = ROOT / "bench" / "data" / "sgl-kernel-tu-compile-profile.csv"
 CORES = 16  # the H200 host's; its host.txt says so too (checked below)
 
 
-def _member(tar: tarfile.TarFile, suffix: str) -> bytes | None:
+def member(tar: tarfile.TarFile, suffix: str) -> bytes | None:
     for m in tar.getmembers():
         if m.name.endswith(suffix):
             f = tar.extractfile(m)
@@ -80,11 +80,11 @@ def upstream_factor() -> tuple[float, dict[str, float]]:
 
 def run_figures(path: Path) -> dict[str, Any]:
     with tarfile.open(path) as tar:
-        log = _member(tar, "-ninja_log.txt")
-        db = _member(tar, "-profile.sqlite")
-        mem = _member(tar, "-mem.txt")
-        err = (_member(tar, "-build.err") or b"").decode()
-        host = (_member(tar, "-host.txt") or b"").decode()
+        log = member(tar, "-ninja_log.txt")
+        db = member(tar, "-profile.sqlite")
+        mem = member(tar, "-mem.txt")
+        err = (member(tar, "-build.err") or b"").decode()
+        host = (member(tar, "-host.txt") or b"").decode()
     assert log and db and mem, f"{path}: the raw outputs are incomplete"
     cores = int(host.split()[0]) if host.split() and host.split()[0].isdigit() else CORES
     edges = ninja_edges(log.decode())

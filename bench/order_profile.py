@@ -15,6 +15,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from h200_arch_pruning import member  # the same raw tarballs, read the same way
+
 HEADER = """\
 # Compile times of sgl-kernel 6ffc74ef with the sm120 v2 series for 12.0a: one full build
 # (build-kernel's recorder, profile.sqlite of {raw}; 16 cores,
@@ -28,10 +30,13 @@ def main() -> None:
     parser.add_argument("raw", type=Path)
     parser.add_argument("out", type=Path)
     args = parser.parse_args()
-    with tarfile.open(args.raw) as tar, tempfile.TemporaryDirectory() as tmp:
-        [member] = [m for m in tar.getmembers() if m.name.endswith("-profile.sqlite")]
-        tar.extract(member, tmp, filter="data")
-        conn = sqlite3.connect(Path(tmp) / member.name)
+    with tarfile.open(args.raw) as tar:
+        db = member(tar, "-profile.sqlite")
+    assert db, f"{args.raw}: no profile.sqlite in it"
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
+        f.write(db)
+        f.flush()
+        conn = sqlite3.connect(f.name)
         rows = conn.execute("SELECT source, MAX(wall_s), MAX(tree_peak_mb), compiler FROM compiles "
                             "WHERE source LIKE 'csrc/%' GROUP BY source ORDER BY MAX(wall_s) DESC").fetchall()
         conn.close()
