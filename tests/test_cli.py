@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT, run_cli
 
 SHARED = ("--recipe", "--arch", "--jobs", "--cache-dir", "--output-dir", "--json", "--debug")
 # README's placeholders, as a user would fill them in here.
-FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "c1469d7c4a07ca6c6e04da380b05004f216acbb7",
+FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "3f268179ebb2b1697cb17c0be6307ceac5b52771",
         "REF": "main", "FILE": "/tmp/bk-readme-health.json", "NAME|URL|DIR": "/tmp/bk-readme-index",
         "NAME|URL|PATH": "/tmp/bk-readme-index", "DIR": "patches/minikernel/v1", "DEST": "/tmp/bk-readme-wt"}
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import driver_stub
 from build_kernel.archs import parse_arch_list
 from build_kernel.recipe import Verify
 from build_kernel.stages.verify import checks as verify
-from build_kernel.stages.verify import driver_stub
 from build_kernel.toolchain import find_nvcc
 
 PROBE_CU = r"""

@@ -32,7 +32,7 @@ def test_patch_check_shows_every_state(project: Path, tmp_path: Path) -> None:
 
     copy_series(project, PATCHES, "v1")
     write_recipe(project, "r", demo_recipe_text().replace('repo = "example:minikernel"', f'repo = "{upstream}"')
-                 .replace('commit = "c1469d7c4a07ca6c6e04da380b05004f216acbb7"', f'commit = "{base}"'))
+                 .replace('commit = "3f268179ebb2b1697cb17c0be6307ceac5b52771"', f'commit = "{base}"'))
 
     def states(commit: str) -> dict[str, dict[str, object]]:
         proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "patch", "check",

@@ -72,7 +72,7 @@ def recipe(project: Path, upstream: Upstream) -> Path:
     copy_series(project, PATCHES, "v1")
     return write_recipe(project, "r", demo_recipe_text()
                         .replace('repo = "example:minikernel"', f'repo = "{upstream.url}"')
-                        .replace('commit = "c1469d7c4a07ca6c6e04da380b05004f216acbb7"',
+                        .replace('commit = "3f268179ebb2b1697cb17c0be6307ceac5b52771"',
                                  f'commit = "{upstream.shas["0.1.0"]}"')
                         .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
 

@@ -144,6 +144,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
             table.add_row("mirror", rw.describe())
     if "cuda_toolkit" in data:
         table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
+    for dep in data.get("system", []):
+        state = "found" if dep["ok"] else f"[red]MISSING[/] {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})"
+        table.add_row("system", f"{dep['name']} for {dep['needed_by'] or 'the build'}: {state}")
     for problem in data.get("problems", []):
         table.add_row("[red]problem[/]", problem)
     return table
@@ -154,7 +157,7 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
 @click.pass_obj
 def doctor_cmd(opts: Options) -> None:
     """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits."""
-    from build_kernel.stages.build import toolkit
+    from build_kernel.stages.build import system_deps, toolkit
 
     facts = toolchain.detect(sys.executable, opts.env)
     res = probe()
@@ -170,6 +173,9 @@ def doctor_cmd(opts: Options) -> None:
         elif data["cuda_toolkit"]["source"] == "wheels":
             # The wheels replace the system nvcc: its problems are not the build's.
             data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
+        system = system_deps.check(p.recipe.system, opts.env)
+        data["system"] = [st.to_dict() for st in system]
+        data["problems"] += [st.problem() for st in system if not st.ok]
         data["mirrors"] = [rw.to_dict() for rw in p.remotes() if rw.rewritten]
     emit(opts, data, _doctor_table(facts, data, p))
     if data.get("problems"):

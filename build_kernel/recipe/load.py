@@ -14,7 +14,7 @@ from typing import Any
 
 from build_kernel.errors import RecipeError
 from build_kernel.recipe.convert import _build_section
-from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, LibraryRule, Recipe
+from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, LibraryRule, Recipe, SystemDep
 from build_kernel.recipe.problems import _Problems, _toml
 from build_kernel.recipe.rules import _check
 
@@ -131,6 +131,16 @@ def _library_rules(verify: Any, problems: _Problems, where: Any) -> tuple[Librar
                                 f'verify.libraries."{glob}"', problems, where) for glob, table in tables.items())
 
 
+def _named_tables(raw: dict[str, Any], key: str, cls: type, problems: _Problems, where: Any) -> tuple[Any, ...]:
+    """`[KEY.NAME]` tables (deps, system), each checked like a section, its name as `name`."""
+    tables = raw.get(key, {})
+    if not isinstance(tables, dict):
+        problems.add(where("", key), key, f"must be a table, not {_toml(tables)} (write [{key}.NAME] and key = value lines below it)")
+        return ()
+    return tuple(_build_section(cls, {**table, "name": name} if isinstance(table, dict) else table,
+                                f"{key}.{name}", problems, where) for name, table in tables.items())
+
+
 def load(name_or_path: str, root: Path | None = None) -> Recipe:
     """Load, merge and validate one recipe; raise RecipeError listing every problem."""
     path = _find(name_or_path, root or DEFAULT_ROOT)
@@ -160,22 +170,16 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
         # Relative to the recipe file that names it (a parent's, when inherited), as `extends` paths are.
         base = origins.get("build.order_profile", (path, ""))[0].parent
         sections["build"] = replace(sections["build"], order_profile=str((base / order_profile).resolve()))
-    deps = []
-    dep_tables = raw.get("deps", {})
-    if not isinstance(dep_tables, dict):
-        problems.add(where("", "deps"), "deps", f"must be a table, not {_toml(dep_tables)} (write [deps.NAME] and key = value lines below it)")
-        dep_tables = {}
-    for dep_name, table in dep_tables.items():
-        dep = _build_section(Dep, {**table, "name": dep_name} if isinstance(table, dict) else table,
-                             f"deps.{dep_name}", problems, where)
-        deps.append(dep)
+    deps = _named_tables(raw, "deps", Dep, problems, where)
+    system = _named_tables(raw, "system", SystemDep, problems, where)
     recipe = Recipe(
         name=path.stem,
         path=path,
         root=root,
         description=str(raw.get("description", "")),
         extends=str(raw.get("extends", "")),
-        deps=tuple(deps),
+        deps=deps,
+        system=system,
         raw=raw,
         **sections,
     )

@@ -101,6 +101,17 @@ class Dep:
 
 
 @dataclass(frozen=True)
+class SystemDep:
+    name: str = _doc("What it is, for messages (the table name: `[system.libnuma]`).", "")
+    needed_by: str = _doc("What in the build needs it, e.g. `mscclpp (FindNUMA)`.", "")
+    headers: tuple[str, ...] = _doc("Headers the compiler must find, e.g. `[\"numa.h\"]`.", factory=tuple)
+    libraries: tuple[str, ...] = _doc("Libraries the linker must find, by `-l` name (`numa`: libnuma.so or .a).",
+                                      factory=tuple)
+    apt: str = _doc("Debian/Ubuntu package that provides them, e.g. `libnuma-dev`.", "")
+    dnf: str = _doc("Fedora/RHEL package that provides them, e.g. `numactl-devel`.", "")
+
+
+@dataclass(frozen=True)
 class LibraryRule:
     glob: str = _doc("Glob of library paths inside the wheel (`sgl_kernel/sm100/common_ops*`).", "")
     archs: tuple[str, ...] = _doc("Archs each matching library must cover (SASS, or PTX the driver can JIT: a warning): "
@@ -165,6 +176,7 @@ class Recipe:
     toolchain: Toolchain
     build: Build
     deps: tuple[Dep, ...]
+    system: tuple[SystemDep, ...]
     verify: Verify
     serve: Serve
     publish: Publish
@@ -193,7 +205,8 @@ class Recipe:
 
 
 SCHEDULERS = ("auto", "static", "governor")
-_NOT_BUILD_INPUTS = ("description", "extends", "verify", "serve", "publish")
+# `system`: what the host must have is checked, not built from.
+_NOT_BUILD_INPUTS = ("description", "extends", "system", "verify", "serve", "publish")
 _SERVE_TOOLCHAIN = ("sglang", "flashinfer_python")
 _HOW_NOT_WHAT = ("compile_cache", "cache_url", "dist", "dist_scheduler", "scheduler", "profile", "order_profile")
 SECTIONS: dict[str, type] = {
@@ -205,4 +218,4 @@ SECTIONS: dict[str, type] = {
     "serve": Serve,
     "publish": Publish,
 }
-TOP_KEYS = ("description", "extends", "deps", *SECTIONS)
+TOP_KEYS = ("description", "extends", "deps", "system", *SECTIONS)

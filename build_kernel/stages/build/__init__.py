@@ -22,7 +22,7 @@ from packaging.version import Version
 from build_kernel import compile_cache, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
-from build_kernel.stages.build import cache, provenance, runner, scheduling, toolkit
+from build_kernel.stages.build import cache, driver_link, provenance, runner, scheduling, system_deps, toolkit
 from build_kernel.stages.build.cache import BuildResult
 from build_kernel.stages.fetch.workspace import Tree
 
@@ -64,6 +64,8 @@ def _preflight(plan: Plan, selected: toolkit.Selected) -> None:
                                          env=selected.environ(plan.env)) if facts.nvcc else None)
     if host:
         toolchain.require([host])
+    # Before configure: CMake would stop on it minutes in (mscclpp: "Could NOT find NUMA").
+    toolchain.require(system_deps.problems(plan.recipe.system, selected.environ(plan.env)))
 
 
 def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: bool = False) -> BuildResult:
@@ -78,11 +80,14 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
         log.info(f"cache hit {key}: {hit.wheel.name}")
         return hit
     _preflight(plan, selected)  # the host compiler matters only when compiling
+    # After the key, as the launcher: what the link resolves the driver to is not in the wheel.
+    link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env))
+    log.info(link.why)
     session = compile_cache.open_session(plan, python, log_path)
     try:
         # After the key: a launcher changes how objects are made, not what they are.
-        return _compile(plan, tree, python, selected, {**defines, **session.cmake_defines()}, key, log_path,
-                        force=force, launcher=session)
+        return _compile(plan, tree, python, selected, {**defines, **link.defines, **session.cmake_defines()}, key,
+                        log_path, force=force, launcher=session)
     finally:
         session.close()
 

@@ -57,6 +57,13 @@ def describe(plan: Plan, facts: toolchain.Facts, *, python_exists: bool = True) 
     return {"source": source, "why": why, "cached": str(cached.root) if cached else None}
 
 
+def roots(selected: Selected) -> list[Path]:
+    """The toolkit root(s) the build compiles and links with."""
+    if selected.toolkit:
+        return [selected.toolkit.root]
+    return [Path(selected.facts.cuda_home)] if selected.facts.cuda_home else []
+
+
 def cmake_defines(selected: Selected) -> dict[str, str]:
     """Torch's CMake config and the toolkit view it needs (nvrtc, cuBLAS headers...)."""
     facts = selected.facts

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from build_kernel import import_probe, toolchain
+from build_kernel import driver_stub, import_probe, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
-from build_kernel.stages.verify import cubins, diagnose, driver_stub
+from build_kernel.stages.verify import cubins, diagnose
 from build_kernel.stages.verify.report import (
     LibraryReport,
     Report,
@@ -64,6 +64,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         libs, aliases = unpack(wheel, site, libraries_only=static)
         _static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
         _cuda_linked(report, libs, want_cuda)
+        _no_driver(report, wheel)
         if not static:
             _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, cuda_home, libs, env)
     write_record(wheel, report)
@@ -138,6 +139,15 @@ def _static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[P
         if rule.required and not any(lib.rule == rule.glob for lib in report.libraries):
             report.failures.append(f"no library matching {rule.glob} holds device code"
                                    + (": the FP4 kernels are missing" if rule.fp4 else ""))
+
+
+def _no_driver(report: Report, wheel: Path) -> None:
+    """A libcuda in the wheel (a build's link stub, a bundled driver) would shadow the GPU's own driver."""
+    with zipfile.ZipFile(wheel) as zf:
+        carried = [n for n in zf.namelist() if Path(n).name.startswith(driver_stub.SONAME.split(".so")[0] + ".so")]
+    if carried:
+        report.failures.append(f"the wheel carries {', '.join(carried)}: a CUDA driver library must come from the GPU's "
+                               "driver, never the wheel (rebuild; a link stub belongs outside the install tree)")
 
 
 def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:
