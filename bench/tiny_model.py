@@ -2,9 +2,13 @@
 
 For serving tests and GPU smoke runs where no hub is reachable. The tokenizer is trained
 with the `tokenizers` library on a few sentences (byte-level BPE, so any text encodes);
-the model is a few-layer Llama config with random bf16 weights saved by transformers.
+the model is a few-layer Llama config with random bf16 weights saved by transformers, or,
+with `--train-steps N`, trained for N steps (float32 AdamW, then saved in bf16) on a fixed text
+so that greedy decoding is decisive: a random model's top-2 logits are near ties that any two
+implementations may break differently, a trained one's are not.
 
     python bench/tiny_model.py OUT [--tokenizer-only] [--layers 2] [--hidden 256] [--seed 0]
+                               [--train-steps 300] [--device cuda]
 """
 
 from __future__ import annotations
@@ -69,6 +73,54 @@ def make_weights(out: Path, seed: int, config: dict[str, object]) -> None:
     (out / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}, indent=2))
 
 
+# The fixed training text: the sentences token_agreement.py prompts with, and their pairs, so
+# the prompts it builds are in-distribution.
+TRAIN_TEXT = [
+    "The capital of France is Paris.", "The quick brown fox jumps over the lazy dog.",
+    "GPUs run kernels; kernels are compiled for an architecture.", "One, two, three, four, five, six, seven.",
+    "Serving a model means answering requests with generated tokens.",
+    "In the morning the market opens and the traders start to shout.",
+    "Water boils at one hundred degrees at sea level.",
+    "She read the letter twice before she put it back in the drawer.",
+    "A compiler turns source code into machine instructions.",
+    "The train to the north leaves every hour from platform four.",
+    "Rain fell on the roof all night, and the river rose.",
+    "Matrix multiplication is the heart of every transformer layer.",
+    "He planted tomatoes, beans and a row of sunflowers.",
+    "The library closes at eight, but the reading room stays open.",
+    "Light from the sun takes about eight minutes to reach the earth.",
+    "Please write a short story about a robot who learns to paint.",
+]
+
+
+def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, float]:
+    """Train the config in `out` on TRAIN_TEXT (a cycle of it) and save bf16 weights; the loss curve's ends."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ids: list[int] = []
+    for i in range(64):  # the sentences in a seeded order, again and again: a stream to learn
+        order = torch.randperm(len(TRAIN_TEXT), generator=torch.Generator().manual_seed(seed + i)).tolist()
+        ids += tok.encode(" ".join(TRAIN_TEXT[j] for j in order) + " ").ids
+    data = torch.tensor(ids, device=device)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), **dtype_kwarg(torch.float32)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    losses = []
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - seq - 1, (32,), device=device)
+        batch = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
+        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1]).loss  # transformers shifts the labels
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    return {"steps": steps, "first_loss": losses[0], "last_loss": losses[-1], "tokens": len(ids)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -77,10 +129,17 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-steps", type=int, default=0, help="Train this many steps instead of random weights.")
+    parser.add_argument("--device", default="cpu", help="torch device for training (e.g. cuda).")
     args = parser.parse_args()
     make_tokenizer(args.out, args.vocab)
     config = make_config(args.out, layers=args.layers, hidden=args.hidden, vocab=args.vocab)
-    if not args.tokenizer_only:
+    if args.train_steps and not args.tokenizer_only:
+        trained = train_weights(args.out, args.seed, args.train_steps, args.device)
+        (args.out / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}, indent=2))
+        (args.out / "training.json").write_text(json.dumps(trained))
+        print(json.dumps(trained))
+    elif not args.tokenizer_only:
         make_weights(args.out, args.seed, config)
     print(args.out)
 

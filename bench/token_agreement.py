@@ -291,6 +291,9 @@ def summarize(results: list[PromptResult], divergences: list[Divergence], lp_dif
         # How ill-conditioned greedy is here: transformers' own steps whose top-2 margin is <= tie_gap
         # (a random model in bf16 has many exact ties; any two implementations may break them differently).
         "hf_steps_near_tie": sum(1 for r in results for m in r.hf_margins if m <= tie_gap),
+        # The smallest top-1/top-2 logprob margin of transformers' greedy steps over all prompts: how far
+        # the closest call is from a tie (a trained model keeps it well above bf16 noise).
+        "hf_min_margin": min((m for r in results for m in r.hf_margins), default=None),
         "max_gap": max(gaps) if gaps else None,
         "median_gap": statistics.median(gaps) if gaps else None,
         "logprob_max_abs_diff_on_agreeing_prefix": max(lp_diffs) if lp_diffs else None,
