@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +65,48 @@ def test_decide_charges_each_slot_the_heaviest_left(tmp_path: Path) -> None:
     assert gov.decide(over) < 0
     # Never more jobs than CPUs.
     assert _governor(tmp_path, lambda: CAP, max_jobs=1).decide(jobserver.State([], 0, 0, set(), CAP)) == 0
+
+
+# A real parent named `ninja` whose child waits between fork and exec until told to go, then execs
+# a command naming its TU (given by environment, so the pre-exec command line cannot name it).
+_FORKER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.read(0, 1)
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", os.environ["TU"]])
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_job_seen_before_its_exec_still_counts_as_started_once_it_runs(tmp_path: Path) -> None:
+    """The race of #24: ninja's child read between fork and exec shows ninja's command line."""
+    ninja = tmp_path / "ninja"
+    ninja.symlink_to(sys.executable)
+    parent = subprocess.Popen([str(ninja), "-c", _FORKER], stdin=subprocess.PIPE, env={**os.environ, "TU": "mid_a.cu"})
+    assert parent.stdin is not None
+    children: list[int] = []
+    try:
+        gov = _governor(tmp_path / "gov", lambda: CAP, root_pid=parent.pid)
+        deadline = time.monotonic() + 10
+        while not (jobs := gov._scan()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        children = [j.pid for j in jobs]
+        assert [j.key for j in jobs] == [None], "the child is seen before its exec"
+        parent.stdin.write(b"x")
+        parent.stdin.flush()
+        while "mid_a.cu" not in jobserver._cmdline(children[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        running = gov._scan()
+        assert [j.key for j in running] == ["mid_a.cu"] and gov.stats.started == ["mid_a.cu"]
+        # Charged its own prediction (176 MiB), not the 300 MiB default of an unknown TU.
+        assert gov.charge(running[0]) == 160 * MiB + OVERHEAD
+    finally:
+        for pid in children:  # the child first: the parent's waitpid then reaps it
+            os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+        parent.stdin.close()
 
 
 def _ninja(group: Path, folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,10 @@ def test_dry_run_says_what_would_run_and_touches_nothing(project: Path, tmp_path
     proc = run_cli("--recipe", str(recipe), "--dry-run", "--json", "--cache-dir", str(cache))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["dry_run"] and summary["plan"]["source"]["commit"] == summary["plan"]["source"]["commit"]
+    [pinned] = re.findall(r'^\[source\][^\[]*?^commit = "([0-9a-f]{40})"$', recipe.read_text(), re.M | re.S)
+    plan = summary["plan"]
+    assert summary["dry_run"] and plan["source"]["commit"] == pinned and plan["recipe"]["path"] == str(recipe)
+    assert [p["name"] for p in plan["patches"]["patches"]] == PATCHES
     statuses = {name: info["status"] for name, info in summary["stages"].items()}
     assert statuses == {"fetch": "planned", "patch": "planned", "build": "planned", "verify": "planned",
                         "publish": "planned", "serve": "no [serve] model in the recipe"}

@@ -283,10 +283,16 @@ def _all_gone(pids_file: Path) -> bool:
 
 
 def test_launch_waits_for_health_generate_smokes_and_stops_the_whole_group(serve_env: ServeEnv, tmp_path: Path) -> None:
-    recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_READY_AFTER_S="2")
+    got = tmp_path / "argv.json"
+    recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_READY_AFTER_S="2", DOUBLE_ARGV=str(got))
     proc = serve_env.cli(recipe, "--launch", "--smoke-only", "--json")
     assert proc.returncode == 0, proc.stderr
-    server = json.loads(proc.stdout)["server"]
+    result = json.loads(proc.stdout)
+    server = result["server"]
+    # The server was started with exactly the command line that was checked, nothing added or lost.
+    assert result["argv"][:3] == [serve_env.python, "-m", "sglang_double"]
+    assert json.loads(got.read_text()) == result["argv"][3:]
+    assert result["argv"][3:7] == ["--model-path", str(serve_env.model), "--host", "127.0.0.1"]
     assert server["seconds_to_healthy"] >= 2 and server["smoke"]["tokens"] == 32
     assert server["smoke"]["text"].startswith(" Paris") and server["smoke"]["tokens_per_s"] > 0
     assert _all_gone(pids)  # the double's "scheduler" child too

@@ -116,10 +116,15 @@ def test_names_sglang_imports_on_cuda_that_the_wheel_lacks_are_found(tmp_path: P
         "def f():\n    from sgl_kernel import lazy_only\n")
     (sglang / "srt" / "tests" / "test_x.py").write_text("from sgl_kernel import test_only\n")
     assert api.missing(wheel, "sgl_kernel", sglang) == {"awq_marlin_repack": ["srt/layers.py"]}
-    # Cached by sglang's folder and the wheel's bytes: the second answer is read back.
+    # Cached by sglang's folder and the wheel: the second answer is read back, not recomputed. Told
+    # apart by a change inside the folder (which leaves the folder's own mtime alone) that a
+    # recomputation sees and the cached answer does not.
     cache = tmp_path / "cache"
-    assert api.missing(wheel, "sgl_kernel", sglang, cache_dir=cache) == api.missing(wheel, "sgl_kernel", sglang,
-                                                                                    cache_dir=cache)
+    first = api.missing(wheel, "sgl_kernel", sglang, cache_dir=cache)
+    layers = sglang / "srt" / "layers.py"
+    layers.write_text(layers.read_text() + "from sgl_kernel import added_later\n")
+    assert api.missing(wheel, "sgl_kernel", sglang) == {**first, "added_later": ["srt/layers.py"]}
+    assert api.missing(wheel, "sgl_kernel", sglang, cache_dir=cache) == first
     assert len(list(cache.iterdir())) == 1
     assert api.missing(wheel, "minikernel", sglang) == {}  # a wheel without that package: nothing to compare
 

@@ -97,7 +97,7 @@ class Governor:
         # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu`.
         self._keys = sorted(self.predictions, key=len, reverse=True)
         self._started: set[str] = set()
-        self._known: dict[int, str | None] = {}
+        self._known: dict[int, str] = {}
         self._tokens_out = 0
         self._fd = -1
         self._stop = threading.Event()
@@ -178,10 +178,16 @@ class Governor:
         return jobs
 
     def _job(self, pid: int) -> Running:
-        if pid not in self._known:
+        # Only a match is remembered: a child read between ninja's fork and its exec still shows
+        # ninja's own command line, and a `None` kept from then would never count that TU as
+        # started and charge it the default rather than its prediction.
+        key = self._known.get(pid)
+        if key is None:
             cmdline = _cmdline(pid)
-            self._known[pid] = next((k for k in self._keys if k in cmdline), None)
-        return Running(pid, self._known[pid], tree_rss(pid)[0])
+            key = next((k for k in self._keys if k in cmdline), None)
+            if key is not None:
+                self._known[pid] = key
+        return Running(pid, key, tree_rss(pid)[0])
 
     def _in_pipe(self) -> int:
         raw = fcntl.ioctl(self._fd, termios.FIONREAD, struct.pack("i", 0))
