@@ -95,14 +95,15 @@ def _error(proc: subprocess.CompletedProcess[str]) -> str:
 
 # --- flags, with sglang 0.5.9's own parser ---------------------------------------------------
 
-def test_the_nightly_recipes_flags_parse_with_sglang_059(serve_env: ServeEnv) -> None:
+def test_the_release_recipes_flags_parse_with_sglang_059(serve_env: ServeEnv) -> None:
     from build_kernel import recipe
     from build_kernel.archs import parse_arch_list
     from build_kernel.stages.serve import backends, flags
 
-    nightly = recipe.load(str(REPO_ROOT / "recipes" / "nightly-cu130.toml"))
-    assert nightly.toolchain.sglang == "0.5.9"
-    parsed = flags.parse(serve_env.python, ["--model-path", nightly.serve.model, *nightly.serve.args],
+    # The release recipe serves sglang 0.5.9 with the nightly recipe's flags (inherited).
+    release = recipe.load(str(REPO_ROOT / "recipes" / "sgl-kernel-0.3.21.toml"))
+    assert (release.toolchain.sglang, release.serve.sglang) == ("0.5.9", "release")
+    parsed = flags.parse(serve_env.python, ["--model-path", release.serve.model, *release.serve.args],
                          dict(os.environ))
     assert parsed.sglang == "0.5.9"
     ns = parsed.namespace

@@ -45,7 +45,7 @@ class ServeStage:
             raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
         wheel, python = ctx.wheels[0], ctx.build_python()
         if self.install:
-            install.install(ctx.plan, python, wheel, flags_only=self.flags_only)
+            install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline)
         cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
         self.result = {"mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
         self.result.pop("env")

@@ -9,7 +9,7 @@ from typing import Any
 from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import api, backends, checkpoint, environment, flags, preflight
+from build_kernel.stages.serve import api, backends, checkpoint, environment, flags, preflight, sglang_dist
 
 
 @dataclass
@@ -23,6 +23,7 @@ class ServeCommand:
     forced: list[str] = field(default_factory=list)
     preflight: dict[str, Any] = field(default_factory=dict)
     sglang: str = ""
+    sglang_from: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -56,9 +57,10 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     env = environment.server_env(plan)
     module = environment.kernel_module(plan)
     installed = environment.inspect(python, module, env)
-    pre = preflight.check(wheel, module, installed, sglang_pin=plan.recipe.toolchain.sglang, force=force)
-    cmd = ServeCommand([], env, _model(plan, model), python, notes=[n for n in pre.notes if n],
-                       preflight=pre.to_dict())
+    choice = sglang_dist.choose(plan)
+    pre = preflight.check(wheel, module, installed, sglang=choice, force=force)
+    cmd = ServeCommand([], env, _model(plan, model), python, notes=[choice.describe(), *(n for n in pre.notes if n)],
+                       preflight=pre.to_dict(), sglang_from=choice.to_dict())
     root = Path(installed.sglang_root) if installed.sglang_root else None
     if root and (gaps := api.missing(wheel, module, root, cache_dir=plan.cache_dir / "serve" / "api")):
         shown = ", ".join(f"{name} ({files[0]})" for name, files in sorted(gaps.items())[:4])
