@@ -46,7 +46,7 @@ dynamic = ["version"]
 readme = "README.md"
 license = { file = "LICENSE" }
 requires-python = ">=3.10"
-dependencies = ["packaging", "sgl-kernel==0.3.21", "torch==2.9.1"]
+dependencies = ["packaging", "sgl-kernel==0.3.21", "torch==2.9.1"@EXTRA@]
 [tool.setuptools.packages.find]
 include = ["sglang*"]
 [tool.setuptools_scm]
@@ -70,9 +70,11 @@ SNAPSHOT = {
 
 
 class Upstream:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, deps: tuple[str, ...] = ()) -> None:
         self.repo = root / "sglang"
-        self.release = commit_files(self.repo, RELEASE, "release")
+        extra = "".join(f', "{d}"' for d in deps)
+        files = {**RELEASE, "python/pyproject.toml": SGLANG_PYPROJECT.replace("@EXTRA@", extra)}
+        self.release = commit_files(self.repo, files, "release")
         self.release_tree = root / "release-tree"
         shutil.copytree(self.repo, self.release_tree, ignore=shutil.ignore_patterns(".git"))
         self.snapshot = commit_files(self.repo, SNAPSHOT, "snapshot")

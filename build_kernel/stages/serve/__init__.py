@@ -23,10 +23,11 @@ class ServeStage:
 
     def __init__(self, mode: str = "check", *, model: str | None = None, force: bool = False,
                  unit_path: Path | None = None, install: bool = False, flags_only: bool = False,
-                 smoke_only: bool = False) -> None:
+                 smoke_only: bool = False, wheelhouse: Path | None = None) -> None:
         assert mode in MODES
         self.mode, self.model, self.force, self.unit_path = mode, model, force, unit_path
         self.install, self.flags_only, self.smoke_only = install, flags_only, smoke_only
+        self.wheelhouse = wheelhouse
         self.result: dict[str, Any] = {}
 
     def skip(self, ctx: Context) -> str | None:
@@ -45,7 +46,8 @@ class ServeStage:
             raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
         wheel, python = ctx.wheels[0], ctx.build_python()
         if self.install:
-            install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline)
+            install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline,
+                            folder=self.wheelhouse)
         cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
         self.result = {"mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
         self.result.pop("env")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from build_kernel import atomic, process
 from build_kernel.errors import FetchError, ServeError
 from build_kernel.plan import Plan
+from build_kernel.stages.serve import wheelhouse as wheelhouse_mod
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -90,6 +91,12 @@ def _project_name(pyproject: Path, where: str) -> str:
     return str(name)
 
 
+def _build_requires(pyproject: Path) -> list[str]:
+    data = tomllib.loads(pyproject.read_text()).get("build-system", {})
+    # PEP 517's default when [build-system] is absent.
+    return [str(r) for r in data.get("requires", ["setuptools>=40.8.0"])]
+
+
 def _fetch(plan: Plan, choice: Choice, offline: bool) -> tuple[Path, str]:
     from build_kernel.stages.fetch import remote
 
@@ -102,8 +109,9 @@ def _fetch(plan: Plan, choice: Choice, offline: bool) -> tuple[Path, str]:
 
 
 def build(plan: Plan, python: str, env: Mapping[str, str], *, log_path: Path, offline: bool = False,
-          index_args: Sequence[str] = ()) -> Path:
-    """The source build's wheel (cached by repository and commit)."""
+          wheelhouse: Path | None = None) -> Path:
+    """The source build's wheel (cached by repository and commit); its build requirements from
+    the wheelhouse alone when one is given."""
     choice = choose(plan)
     assert choice.origin == "source"
     final = plan.cache_dir / "serve" / "sglang" / (
@@ -128,9 +136,13 @@ def build(plan: Plan, python: str, env: Mapping[str, str], *, log_path: Path, of
                 if (tree / name).is_file() and not (project / name).exists():
                     shutil.copy2(tree / name, project / name)
             dist = _project_name(project / "pyproject.toml", where)
+            if wheelhouse is not None:  # pip's isolated build environment starts empty
+                wheelhouse_mod.require(wheelhouse, _build_requires(project / "pyproject.toml"),
+                                       wheelhouse_mod.target(python, env), what=f"building {dist} from {where}",
+                                       installed_count=False)
             scm = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_" + canonicalize_name(dist).replace("-", "_").upper()
             process.run([python, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
-                         *index_args, "--wheel-dir", tmp, project], error=ServeError, env={**env, scm: choice.version},
+                         *wheelhouse_mod.index_args(wheelhouse), "--wheel-dir", tmp, project], error=ServeError, env={**env, scm: choice.version},
                         what=f"building the {dist} wheel of {where}", log=log_path, timeout=3600,
                         fix=f"see {log_path}; its build requirements (setuptools, setuptools-scm) must be on the "
                             "index or in the wheelhouse")
