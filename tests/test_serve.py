@@ -291,6 +291,23 @@ def test_launch_waits_for_health_generate_smokes_and_stops_the_whole_group(serve
     assert server["seconds_to_healthy"] >= 2 and server["smoke"]["tokens"] == 32
     assert server["smoke"]["text"].startswith(" Paris") and server["smoke"]["tokens_per_s"] > 0
     assert _all_gone(pids)  # the double's "scheduler" child too
+    # What the server's own log says it resolved (the recipe asked for triton, nothing else).
+    resolved = json.loads(proc.stdout)["resolved"]
+    assert resolved["resolved"]["attention_backend"] == "triton" and resolved["cuda_graph"] == "captured"
+    assert resolved["failures"] == []
+
+
+def test_a_silent_fallback_after_launch_is_a_failure_naming_both(serve_env: ServeEnv, tmp_path: Path) -> None:
+    recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_RESOLVE="attention_backend=flashinfer")
+    proc = serve_env.cli(recipe, "--launch", "--smoke-only")
+    assert proc.returncode == 9
+    assert _error(proc).startswith("error: the server does not run what the recipe asked: --attention-backend triton "
+                                   "was asked for, but sglang resolved attention_backend='flashinfer': a silent "
+                                   "fallback (see ")
+    assert "server stopped" in proc.stderr and _all_gone(pids)
+    forced = serve_env.cli(recipe, "--launch", "--smoke-only", "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert "FORCED: --attention-backend triton was asked for" in forced.stderr
 
 
 def test_a_server_that_exits_early_shows_its_exit_code_and_last_lines(serve_env: ServeEnv, tmp_path: Path) -> None:

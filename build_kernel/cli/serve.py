@@ -21,6 +21,9 @@ def _human(result: dict[str, Any]) -> str:
             lines.append(unit["text"])
     elif "server" in result:
         s = result["server"]
+        r = result.get("resolved") or {}
+        lines.append("resolved: " + ", ".join(f"{k}={v}" for k, v in (r.get("resolved") or {}).items())
+                     + f", cuda_graph={r.get('cuda_graph', '?')}")
         lines.append(f"healthy after {s['seconds_to_healthy']} s; smoke {s['smoke']['tokens']} tokens at "
                      f"{s['smoke']['tokens_per_s']} tokens/s")
         for row in result.get("bench", []):

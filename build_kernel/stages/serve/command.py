@@ -9,7 +9,7 @@ from typing import Any
 from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import api, backends, checkpoint, environment, flags, preflight, sglang_dist
+from build_kernel.stages.serve import api, audit, backends, checkpoint, environment, flags, preflight, sglang_dist
 
 
 @dataclass
@@ -24,6 +24,7 @@ class ServeCommand:
     preflight: dict[str, Any] = field(default_factory=dict)
     sglang: str = ""
     sglang_from: dict[str, str] = field(default_factory=dict)
+    asked: dict[str, Any] = field(default_factory=dict)  # what the startup-log audit holds sglang to
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -88,5 +89,6 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
                          "MTP layers as the draft model")
     cmd.notes += [f"{short} is taken as {full} (argparse accepts unique prefixes)"
                   for short, full in parsed.abbreviations.items()]
+    cmd.asked = audit.asked(args, parsed.namespace, parsed.abbreviations)
     cmd.argv = [python, "-m", serve.module, *args]
     return cmd
