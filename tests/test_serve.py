@@ -145,7 +145,7 @@ def test_known_bad_sm120_backend_is_refused_and_force_says_so_loudly(serve_env: 
     assert proc.returncode == 9
     line = _error(proc)
     assert line.startswith(f"error: refusing {refused}: ")
-    assert "(https://" in line or "patches/sm120" in line  # every row names its source
+    assert "(https://" in line or "(the wheel's contents)" in line  # every refusal names its source
     assert line.endswith("(change [serve] args, or pass --force to serve anyway, at your own risk)")
     forced = serve_env.cli(recipe, "--force", "--json")
     assert forced.returncode == 0, forced.stderr
@@ -157,7 +157,11 @@ def test_nextn_is_accepted_and_said_to_run_as_eagle(serve_env: ServeEnv) -> None
     recipe = serve_recipe(serve_env.root, serve_env.model, args='["--speculative-algorithm", "NEXTN"]')
     proc = serve_env.cli(recipe, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert any("NEXTN is accepted: sglang runs it as EAGLE" in n for n in json.loads(proc.stdout)["notes"])
+    result = json.loads(proc.stdout)
+    assert any("NEXTN is accepted: sglang runs it as EAGLE" in n for n in result["notes"])
+    # --dry-run says which sglang serves and where it comes from.
+    assert result["sglang_from"]["from"] == "release" and result["sglang_from"]["version"] == "0.5.9"
+    assert "note: sglang 0.5.9 (release, from the package index or --wheelhouse: [toolchain] sglang)" in proc.stderr
 
 
 # --- the checkpoint guard ------------------------------------------------------------------

@@ -40,6 +40,13 @@ def _model(plan: Plan, override: str | None) -> str:
     return str(Path(model).expanduser().resolve()) if looks_local else model
 
 
+def _list_archs(so: Path, env: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from build_kernel.stages.verify import cubins
+
+    found = cubins.listing(so, cubins.cuobjdump(env), env)
+    return found.cubins, found.ptx
+
+
 def _refuse_or_force(problems: list[str], force: bool, forced: list[str]) -> None:
     if not problems:
         return
@@ -83,7 +90,8 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
             parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
     else:
         cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
-    _refuse_or_force([r.line() for r in backends.refusals(parsed, plan.archs)], force, cmd.forced)
+    wheel_based = backends.wheel_refusals(parsed, plan.archs, wheel, module, lambda so: _list_archs(so, env))
+    _refuse_or_force([r.line() for r in [*backends.refusals(parsed, plan.archs), *wheel_based]], force, cmd.forced)
     if parsed.given("speculative_algorithm") == "NEXTN":
         cmd.notes.append("--speculative-algorithm NEXTN is accepted: sglang runs it as EAGLE with the checkpoint's "
                          "MTP layers as the draft model")
