@@ -61,3 +61,12 @@ def test_a_log_without_the_dump_or_without_capture_end_is_no_proof() -> None:
     assert found.cuda_graph == "begun, never ended"
     assert found.failures == ["CUDA-graph capture was on but the log has no 'Capture cuda graph end' line (begun, "
                               "never ended)"]
+
+
+def test_a_dump_with_a_field_that_is_no_python_is_still_read_for_the_audited_fields() -> None:
+    text = (LOGS / "qwen35-nvfp4-tp8-sm120.log").read_text().replace(
+        "lora_paths=None", "lora_paths=<LoRARef object at 0x7f3a>")
+    assert audit.server_args(text) == {"attention_backend": "triton", "moe_runner_backend": "flashinfer_cutlass",
+                                       "fp4_gemm_runner_backend": "flashinfer_cudnn", "kv_cache_dtype": "bf16",
+                                       "disable_cuda_graph": False}
+    assert audit.audit(text, {"attention_backend": "triton"}).failures == []

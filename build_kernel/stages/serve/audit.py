@@ -11,6 +11,7 @@ that sglang resolved to another is a failure naming both.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +58,8 @@ def server_args(log_text: str) -> dict[str, Any] | None:
     text = line[line.index(DUMP) + len("server_args="):]
     try:
         call = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        return None
+    except SyntaxError:  # a field whose repr is no Python (`<object at 0x..>`): the audited ones by pattern
+        return _by_pattern(text)
     if not isinstance(call, ast.Call):
         return None
     out: dict[str, Any] = {}
@@ -69,6 +70,15 @@ def server_args(log_text: str) -> dict[str, Any] | None:
             out[kw.arg] = ast.literal_eval(kw.value)
         except ValueError:  # a non-literal repr (an object): its text
             out[kw.arg] = ast.unparse(kw.value)
+    return out
+
+
+def _by_pattern(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dest in (*AUDITED, "disable_cuda_graph"):
+        found = re.search(rf"\b{dest}=('[^']*'|None|True|False|-?\d+(?:\.\d+)?)", text)
+        if found:
+            out[dest] = ast.literal_eval(found.group(1))
     return out
 
 
