@@ -95,14 +95,15 @@ def _error(proc: subprocess.CompletedProcess[str]) -> str:
 
 # --- flags, with sglang 0.5.9's own parser ---------------------------------------------------
 
-def test_the_nightly_recipes_flags_parse_with_sglang_059(serve_env: ServeEnv) -> None:
+def test_the_release_recipes_flags_parse_with_sglang_059(serve_env: ServeEnv) -> None:
     from build_kernel import recipe
     from build_kernel.archs import parse_arch_list
     from build_kernel.stages.serve import backends, flags
 
-    nightly = recipe.load(str(REPO_ROOT / "recipes" / "nightly-cu130.toml"))
-    assert nightly.toolchain.sglang == "0.5.9"
-    parsed = flags.parse(serve_env.python, ["--model-path", nightly.serve.model, *nightly.serve.args],
+    # The release recipe serves sglang 0.5.9 with the nightly recipe's flags (inherited).
+    release = recipe.load(str(REPO_ROOT / "recipes" / "sgl-kernel-0.3.21.toml"))
+    assert (release.toolchain.sglang, release.serve.sglang) == ("0.5.9", "release")
+    parsed = flags.parse(serve_env.python, ["--model-path", release.serve.model, *release.serve.args],
                          dict(os.environ))
     assert parsed.sglang == "0.5.9"
     ns = parsed.namespace
@@ -144,7 +145,7 @@ def test_known_bad_sm120_backend_is_refused_and_force_says_so_loudly(serve_env: 
     assert proc.returncode == 9
     line = _error(proc)
     assert line.startswith(f"error: refusing {refused}: ")
-    assert "(https://" in line or "patches/sm120" in line  # every row names its source
+    assert "(https://" in line or "(the wheel's contents)" in line  # every refusal names its source
     assert line.endswith("(change [serve] args, or pass --force to serve anyway, at your own risk)")
     forced = serve_env.cli(recipe, "--force", "--json")
     assert forced.returncode == 0, forced.stderr
@@ -156,7 +157,11 @@ def test_nextn_is_accepted_and_said_to_run_as_eagle(serve_env: ServeEnv) -> None
     recipe = serve_recipe(serve_env.root, serve_env.model, args='["--speculative-algorithm", "NEXTN"]')
     proc = serve_env.cli(recipe, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert any("NEXTN is accepted: sglang runs it as EAGLE" in n for n in json.loads(proc.stdout)["notes"])
+    result = json.loads(proc.stdout)
+    assert any("NEXTN is accepted: sglang runs it as EAGLE" in n for n in result["notes"])
+    # --dry-run says which sglang serves and where it comes from.
+    assert result["sglang_from"]["from"] == "release" and result["sglang_from"]["version"] == "0.5.9"
+    assert "note: sglang 0.5.9 (release, from the package index or --wheelhouse: [toolchain] sglang)" in proc.stderr
 
 
 # --- the checkpoint guard ------------------------------------------------------------------
@@ -296,6 +301,23 @@ def test_launch_waits_for_health_generate_smokes_and_stops_the_whole_group(serve
     assert server["seconds_to_healthy"] >= 2 and server["smoke"]["tokens"] == 32
     assert server["smoke"]["text"].startswith(" Paris") and server["smoke"]["tokens_per_s"] > 0
     assert _all_gone(pids)  # the double's "scheduler" child too
+    # What the server's own log says it resolved (the recipe asked for triton, nothing else).
+    resolved = json.loads(proc.stdout)["resolved"]
+    assert resolved["resolved"]["attention_backend"] == "triton" and resolved["cuda_graph"] == "captured"
+    assert resolved["failures"] == []
+
+
+def test_a_silent_fallback_after_launch_is_a_failure_naming_both(serve_env: ServeEnv, tmp_path: Path) -> None:
+    recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_RESOLVE="attention_backend=flashinfer")
+    proc = serve_env.cli(recipe, "--launch", "--smoke-only")
+    assert proc.returncode == 9
+    assert _error(proc).startswith("error: the server does not run what the recipe asked: --attention-backend triton "
+                                   "was asked for, but sglang resolved attention_backend='flashinfer': a silent "
+                                   "fallback (see ")
+    assert "server stopped" in proc.stderr and _all_gone(pids)
+    forced = serve_env.cli(recipe, "--launch", "--smoke-only", "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert "FORCED: --attention-backend triton was asked for" in forced.stderr
 
 
 def test_a_server_that_exits_early_shows_its_exit_code_and_last_lines(serve_env: ServeEnv, tmp_path: Path) -> None:

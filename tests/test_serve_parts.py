@@ -54,11 +54,48 @@ def test_every_known_bad_row_has_a_source_and_refuses_only_where_it_says() -> No
     parsed = Parsed("0.5.9", {"moe_runner_backend": "flashinfer_trtllm", "attention_backend": "fa3",
                               "fp4_gemm_runner_backend": "flashinfer_cudnn"})
     on_sm120 = backends.refusals(parsed, parse_arch_list(["12.0a"]))
-    assert sorted((r.flag, r.value, r.arch) for r in on_sm120) == [
-        ("--attention-backend", "fa3", "12.0"), ("--moe-runner-backend", "flashinfer_trtllm", "12.0")]
-    # On Hopper both are fine; a recipe for 9.0a and 12.0a gets the SM120 refusal only.
+    # fa3 is the wheel's business (its flash_ops cubins), not the table's.
+    assert sorted((r.flag, r.value, r.arch) for r in on_sm120) == [("--moe-runner-backend", "flashinfer_trtllm", "12.0")]
+    # On Hopper it is fine; a recipe for 9.0a and 12.0a gets the SM120 refusal only.
     assert backends.refusals(parsed, parse_arch_list(["9.0a"])) == []
-    assert [r.arch for r in backends.refusals(parsed, parse_arch_list(["9.0a", "12.0a"]))] == ["12.0", "12.0"]
+    assert [r.arch for r in backends.refusals(parsed, parse_arch_list(["9.0a", "12.0a"]))] == ["12.0"]
+
+
+def test_device_code_runs_on_its_own_major_not_above_an_a_cubin_only_on_its_arch() -> None:
+    assert backends.runs_on(["sm_80"], [], "8.6") and backends.runs_on(["sm_86"], [], "8.6")
+    assert not backends.runs_on(["sm_80", "sm_86"], [], "9.0") and not backends.runs_on(["sm_90a"], [], "12.0")
+    assert backends.runs_on(["sm_90a"], [], "9.0") and not backends.runs_on(["sm_100a"], [], "10.3")
+    assert backends.runs_on(["sm_100f"], [], "10.3") and backends.runs_on([], ["sm_80"], "12.0")
+    assert not backends.runs_on([], ["sm_90a"], "12.0")
+
+
+def test_fa3_is_refused_from_the_wheel_itself(tmp_path: Path) -> None:
+    import zipfile
+
+    parsed = Parsed("0.5.9", {"attention_backend": "fa3"})
+    bare = tmp_path / "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(bare, "w") as zf:
+        zf.writestr("sgl_kernel/__init__.py", "")
+    [refused] = backends.wheel_refusals(parsed, parse_arch_list(["12.0a"]), bare, "sgl_kernel", lambda so: ((), ()))
+    assert refused.line() == (f"--attention-backend fa3 on sm_120: {bare.name} has no sgl_kernel/flash_ops library "
+                              "(it was not built for this wheel's archs) (the wheel's contents)")
+    # TEST DOUBLE of cuobjdump's listing: no CUDA compiler here makes a fatbin to list. The library
+    # itself is extracted from the wheel and handed over, as cuobjdump gets it.
+    built = tmp_path / "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(built, "w") as zf:
+        zf.writestr("sgl_kernel/flash_ops.abi3.so", b"\x7fELF")
+    seen: list[Path] = []
+
+    def listing(so: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        seen.append(so)
+        assert so.read_bytes() == b"\x7fELF"
+        return ("sm_80", "sm_86", "sm_90a"), ()
+    for archs, refused_on in ((["9.0a"], []), (["8.6"], []), (["12.0a"], ["12.0"]), (["8.9", "12.0a"], ["12.0"])):
+        found = backends.wheel_refusals(parsed, parse_arch_list(archs), built, "sgl_kernel", listing)
+        assert [r.arch for r in found] == refused_on, archs
+    assert found[0].why == "sgl_kernel/flash_ops.abi3.so holds sm_80, sm_86, sm_90a: nothing that runs on sm_120"
+    assert backends.wheel_refusals(Parsed("0.5.9", {"attention_backend": "triton"}), parse_arch_list(["12.0a"]),
+                                   built, "sgl_kernel", listing) == [] and len(seen) == 4
 
 
 SGLANG_059_SOME = ["torch==2.9.1", "sgl-kernel==0.3.21", "torchaudio==2.9.1", "torchvision", "transformers==4.57.1",

@@ -122,6 +122,11 @@ def plan_cmd(opts: Options) -> None:
     for tu in data["scheduling"]["tus"]:
         table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
     table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
+    if p.recipe.serve.model:
+        from build_kernel.stages.serve import sglang_dist
+
+        data["serve"]["sglang"] = sglang = sglang_dist.choose(p).to_dict()
+        table.add_row("serve", f"{p.recipe.serve.model} with {sglang['describe']}")
     table.add_row("cache", str(p.cache_dir))
     emit(opts, data, table)
 

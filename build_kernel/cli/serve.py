@@ -21,6 +21,9 @@ def _human(result: dict[str, Any]) -> str:
             lines.append(unit["text"])
     elif "server" in result:
         s = result["server"]
+        r = result.get("resolved") or {}
+        lines.append("resolved: " + ", ".join(f"{k}={v}" for k, v in (r.get("resolved") or {}).items())
+                     + f", cuda_graph={r.get('cuda_graph', '?')}")
         lines.append(f"healthy after {s['seconds_to_healthy']} s; smoke {s['smoke']['tokens']} tokens at "
                      f"{s['smoke']['tokens_per_s']} tokens/s")
         for row in result.get("bench", []):
@@ -48,21 +51,27 @@ def _human(result: dict[str, Any]) -> str:
 @click.option("--smoke-only", is_flag=True, help="With --launch: stop after the smoke request.")
 @click.option("--install", is_flag=True, help="First install the wheel and sglang (pinned) into the serve "
               "interpreter, keeping its torch.")
+@click.option("--wheelhouse", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
+              help="With --install: install from this folder of wheels alone (an offline host); what it lacks is "
+                   "listed before anything is installed.")
 @click.option("--flags-only", is_flag=True, help="With --install: only what sglang's flag parser needs (no GPU here).")
 @click.option("--force", is_flag=True, help="Serve despite a refusal (unverified wheel, known-bad backend): loudly.")
 @click.pass_obj
 def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, unit: str | None, smoke_only: bool,
-              install: bool, flags_only: bool, force: bool) -> None:
+              install: bool, wheelhouse: Path | None, flags_only: bool, force: bool) -> None:
     """Serve the recipe's model with the wheel we built: checked flags, systemd unit, launch, bench."""
     from build_kernel.stages.serve import ServeStage
 
     if flags_only and not install:
         raise click.UsageError("--flags-only goes with --install")
+    if wheelhouse is not None and not install:
+        raise click.UsageError("--wheelhouse goes with --install")
     if unit is not None:
         mode = "unit"
     p = opts.plan()
     stage = ServeStage(mode, model=model, force=force, unit_path=None if unit in (None, "-") else Path(unit),
-                       install=install, flags_only=flags_only, smoke_only=smoke_only)
+                       install=install, flags_only=flags_only, smoke_only=smoke_only,
+                       wheelhouse=wheelhouse.resolve() if wheelhouse else None)
     if stage.skip(stages.Context(p)) is not None:
         raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] model: pass --model PATH|ID")
     stages.run(stages.Context(p, wheels=[wheel or newest_wheel(p)]), [stage])

@@ -51,7 +51,8 @@ class Toolchain:
     python: str = _doc("Python version of the build environment (informational when torch = existing).", "")
     cmake: str = _doc("Version specifier CMake must satisfy, e.g. `>=3.26`.", ">=3.26")
     flashinfer_python: str = _doc("flashinfer-python version installed for serving.", "")
-    sglang: str = _doc("sglang version whose argparse validates the serve flags.", "")
+    sglang: str = _doc("sglang release served beside the wheel when [serve] sglang = `release`; its argparse "
+                       "validates the serve flags.", "")
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,9 @@ class Serve:
     args: tuple[str, ...] = _doc("Flags for `python -m sglang.launch_server`.", factory=tuple)
     host: str = _doc("Address to bind.", "127.0.0.1")
     port: int = _doc("Port to bind.", 30000)
+    sglang: str = _doc("Where sglang comes from: `release` ([toolchain] sglang from the package index or "
+                       "`--wheelhouse`) or `source` (built from `python/` of [source] repo at [source] commit, "
+                       "version `0.0.0.dev0+g<commit12>`: the kernel snapshot's own sglang).", "release")
     python: str = _doc("Interpreter that runs the server (an environment of your own with sglang and the wheel); "
                        "empty: the serve environment `build-kernel serve --install` makes in the cache.", "")
     module: str = _doc("Module run as the server (`python -m MODULE`).", "sglang.launch_server")

@@ -68,7 +68,7 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     if not 1 <= r.serve.port <= 65535:
         problems.add(where("serve", "port"), "serve.port",
                      f"must be a port number from 1 to 65535, not {r.serve.port} (e.g. port = {Serve().port})")
-    _check_serve(r.serve, where, problems)
+    _check_serve(r, where, problems)
     if r.build.compile_cache not in ("none", "ccache", "sccache"):
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
@@ -109,12 +109,23 @@ def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:
         report(f"FP4 kernels need an arch >= 10.0 with 'a' (e.g. 12.0a); {', '.join(map(str, archs))} has none")
 
 
+SGLANG_ORIGINS = ("release", "source")
 # Flags the [serve] table owns: given in `args` too, the two would disagree.
 _SERVE_OWNED = {"--model-path": "model", "--model": "model", "--host": "host", "--port": "port"}
 
 
-def _check_serve(s: Serve, where: Any, problems: _Problems) -> None:
-    default = Serve()
+def _check_serve(r: Recipe, where: Any, problems: _Problems) -> None:
+    s, default = r.serve, Serve()
+    if s.sglang not in SGLANG_ORIGINS:
+        problems.add(where("serve", "sglang"), "serve.sglang",
+                     f"{s.sglang!r} is neither {' nor '.join(map(repr, SGLANG_ORIGINS))} (e.g. sglang = \"source\")")
+    elif s.sglang == "source" and r.toolchain.sglang:
+        problems.add(where("serve", "sglang"), "serve.sglang",
+                     f"\"source\" builds sglang from [source] commit, but [toolchain] sglang = "
+                     f"{r.toolchain.sglang!r} names a release: remove one of them")
+    elif s.sglang == "source" and not SHA_RE.match(r.source.commit):
+        problems.add(where("serve", "sglang"), "serve.sglang",
+                     f"\"source\" needs [source] commit to be a full SHA, not {r.source.commit!r}")
     for key, ok, rule in (
         ("health_timeout_s", s.health_timeout_s > 0, "more than 0"),
         ("bench_input_len", s.bench_input_len >= 1, "at least 1"),

@@ -6,6 +6,10 @@ events with `stream: true`, cumulative text and `meta_info.completion_tokens`, t
 `data: [DONE]`), and 200 `{}` for anything else bench_serving asks. Like sglang it runs
 child processes (a "scheduler"), so a stop must reach the whole process group.
 
+Like sglang it logs its resolved arguments (`server_args=ServerArgs(...)`, the audited fields
+only) and `Capture cuda graph begin/end` unless --disable-cuda-graph; DOUBLE_RESOLVE
+(`dest=value,...`) makes it resolve a field otherwise than asked (a silent fallback).
+
 Knobs (environment): DOUBLE_READY_AFTER_S, DOUBLE_EXIT_AFTER_S + DOUBLE_EXIT_CODE (die
 early), DOUBLE_PIDS (file: our pid and the child's), DOUBLE_ARGV (file: the argv we got).
 """
@@ -68,7 +72,24 @@ def main() -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--attention-backend", default=None)
+    parser.add_argument("--moe-runner-backend", default="auto")
+    parser.add_argument("--fp4-gemm-backend", dest="fp4_gemm_runner_backend", default="auto")
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--disable-cuda-graph", action="store_true")
     args, _ = parser.parse_known_args()
+    resolved: dict[str, object] = {k: getattr(args, k) for k in (
+        "attention_backend", "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "disable_cuda_graph")}
+    resolved["attention_backend"] = resolved["attention_backend"] or "flashinfer"
+    for item in filter(None, os.environ.get("DOUBLE_RESOLVE", "").split(",")):
+        key, _, value = item.partition("=")
+        resolved[key] = {"True": True, "False": False}.get(value, value)
+    shown = ", ".join(f"{k}={v!r}" for k, v in resolved.items())
+    print(f"[double] server_args=ServerArgs(model_path={args.model_path!r}, {shown})", flush=True)
+    if not resolved["disable_cuda_graph"]:
+        print("[double TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=1.00 GB", flush=True)
+        print("[double TP0] Capture cuda graph end. Time elapsed: 0.01 s. mem usage=0.00 GB. avail mem=1.00 GB.",
+              flush=True)
     if os.environ.get("DOUBLE_ARGV"):
         with open(os.environ["DOUBLE_ARGV"], "w") as fh:
             json.dump(sys.argv[1:], fh)

@@ -23,10 +23,11 @@ class ServeStage:
 
     def __init__(self, mode: str = "check", *, model: str | None = None, force: bool = False,
                  unit_path: Path | None = None, install: bool = False, flags_only: bool = False,
-                 smoke_only: bool = False) -> None:
+                 smoke_only: bool = False, wheelhouse: Path | None = None) -> None:
         assert mode in MODES
         self.mode, self.model, self.force, self.unit_path = mode, model, force, unit_path
         self.install, self.flags_only, self.smoke_only = install, flags_only, smoke_only
+        self.wheelhouse = wheelhouse
         self.result: dict[str, Any] = {}
 
     def skip(self, ctx: Context) -> str | None:
@@ -45,7 +46,8 @@ class ServeStage:
             raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
         wheel, python = ctx.wheels[0], ctx.build_python()
         if self.install:
-            install.install(ctx.plan, python, wheel, flags_only=self.flags_only)
+            install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline,
+                            folder=self.wheelhouse)
         cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
         self.result = {"mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
         self.result.pop("env")
@@ -69,14 +71,33 @@ class ServeStage:
             unit.write(text, self.unit_path)
             self.result["unit"]["path"] = str(self.unit_path)
 
+    def _audit(self, log_path: Path, start: int, asked: dict[str, Any]) -> dict[str, Any]:
+        """sglang's own account of what it resolved; a fallback from what was asked fails (warns under --force)."""
+        from build_kernel.errors import ServeError
+        from build_kernel.stages.serve import audit
+
+        with log_path.open("rb") as fh:
+            fh.seek(start)
+            found = audit.audit(fh.read().decode(errors="replace"), asked)
+        log.info(found.summary())
+        if found.failures and not self.force:
+            more = f" (and {len(found.failures) - 1} more)" if found.failures[1:] else ""
+            raise ServeError(f"the server does not run what the recipe asked: {found.failures[0]}{more}",
+                             hint=f"see {log_path}; change [serve] args, or pass --force to serve anyway")
+        for failure in found.failures:
+            log.warn(f"FORCED: {failure}")
+        return found.to_dict()
+
     def _launch(self, ctx: Context, cmd: Any, wheel: Path) -> None:
         from build_kernel.stages.serve import bench, launch, preflight
 
         serve = ctx.plan.recipe.serve
         log_path = ctx.plan.cache_dir / "logs" / f"serve-{ctx.plan.recipe.name}.log"
+        start = log_path.stat().st_size if log_path.is_file() else 0  # the log is appended to
         with launch.running(cmd.argv, cmd.env, host=serve.host, port=serve.port, timeout=serve.health_timeout_s,
                             log_path=log_path) as (server, launched):
             self.result["server"] = launched.to_dict()
+            self.result["resolved"] = self._audit(log_path, start, cmd.asked)
             if self.mode == "bench":
                 rows = bench.run(cmd.python, cmd.env, host=serve.host, port=serve.port, model=cmd.model, serve=serve,
                                  out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path)

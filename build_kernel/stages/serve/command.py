@@ -9,7 +9,7 @@ from typing import Any
 from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import api, backends, checkpoint, environment, flags, preflight
+from build_kernel.stages.serve import api, audit, backends, checkpoint, environment, flags, preflight, sglang_dist
 
 
 @dataclass
@@ -23,6 +23,8 @@ class ServeCommand:
     forced: list[str] = field(default_factory=list)
     preflight: dict[str, Any] = field(default_factory=dict)
     sglang: str = ""
+    sglang_from: dict[str, str] = field(default_factory=dict)
+    asked: dict[str, Any] = field(default_factory=dict)  # what the startup-log audit holds sglang to
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -36,6 +38,13 @@ def _model(plan: Plan, override: str | None) -> str:
     if looks_local and not Path(model).expanduser().is_dir():
         raise ServeError(f"model folder {model} does not exist", hint="pass --model with a checkpoint folder or a hub id")
     return str(Path(model).expanduser().resolve()) if looks_local else model
+
+
+def _list_archs(so: Path, env: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from build_kernel.stages.verify import cubins
+
+    found = cubins.listing(so, cubins.cuobjdump(env), env)
+    return found.cubins, found.ptx
 
 
 def _refuse_or_force(problems: list[str], force: bool, forced: list[str]) -> None:
@@ -56,9 +65,10 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     env = environment.server_env(plan)
     module = environment.kernel_module(plan)
     installed = environment.inspect(python, module, env)
-    pre = preflight.check(wheel, module, installed, sglang_pin=plan.recipe.toolchain.sglang, force=force)
-    cmd = ServeCommand([], env, _model(plan, model), python, notes=[n for n in pre.notes if n],
-                       preflight=pre.to_dict())
+    choice = sglang_dist.choose(plan)
+    pre = preflight.check(wheel, module, installed, sglang=choice, force=force)
+    cmd = ServeCommand([], env, _model(plan, model), python, notes=[choice.describe(), *(n for n in pre.notes if n)],
+                       preflight=pre.to_dict(), sglang_from=choice.to_dict())
     root = Path(installed.sglang_root) if installed.sglang_root else None
     if root and (gaps := api.missing(wheel, module, root, cache_dir=plan.cache_dir / "serve" / "api")):
         shown = ", ".join(f"{name} ({files[0]})" for name, files in sorted(gaps.items())[:4])
@@ -80,11 +90,13 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
             parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
     else:
         cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
-    _refuse_or_force([r.line() for r in backends.refusals(parsed, plan.archs)], force, cmd.forced)
+    wheel_based = backends.wheel_refusals(parsed, plan.archs, wheel, module, lambda so: _list_archs(so, env))
+    _refuse_or_force([r.line() for r in [*backends.refusals(parsed, plan.archs), *wheel_based]], force, cmd.forced)
     if parsed.given("speculative_algorithm") == "NEXTN":
         cmd.notes.append("--speculative-algorithm NEXTN is accepted: sglang runs it as EAGLE with the checkpoint's "
                          "MTP layers as the draft model")
     cmd.notes += [f"{short} is taken as {full} (argparse accepts unique prefixes)"
                   for short, full in parsed.abbreviations.items()]
+    cmd.asked = audit.asked(args, parsed.namespace, parsed.abbreviations)
     cmd.argv = [python, "-m", serve.module, *args]
     return cmd

@@ -77,7 +77,10 @@ def kernel_module(plan: Plan) -> str:
 
 
 def env_key(plan: Plan, build_python: str) -> str:
-    spec = {"build_python": build_python, "sglang": plan.recipe.toolchain.sglang,
+    # A release keeps the key it always had; a source build is keyed by its commit.
+    source = plan.recipe.serve.sglang == "source"
+    sglang = f"source:{plan.recipe.source.repo}@{plan.recipe.source.commit}" if source else plan.recipe.toolchain.sglang
+    spec = {"build_python": build_python, "sglang": sglang,
             "flashinfer": plan.recipe.toolchain.flashinfer_python}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 

@@ -1,4 +1,4 @@
-"""Install the wheel and sglang into the serve interpreter without letting pip swap either one.
+"""Install the wheel and sglang (a release, or built from the kernel's commit: sglang_dist) into the serve interpreter without letting pip swap either one.
 
 sglang 0.5.9 pins `torch==2.9.1` and `sgl-kernel==0.3.21`: a plain install downgrades
 torch (breaking the built wheel's ABI) or replaces our wheel with PyPI's. So: our wheel
@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from build_kernel import atomic, log, process
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import environment
+from build_kernel.stages.serve import environment, sglang_dist, wheelhouse
 
 # What `from sglang.srt.server_args import ServerArgs` imports (sglang 0.5.9, seen on a CPU
 # machine): enough to validate flags with sglang's own parser, not to serve.
@@ -58,18 +58,35 @@ def requirements(sglang_requires: Iterable[str], *, flashinfer: str = "", only: 
     return out
 
 
-def _pip(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path) -> None:
-    process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args], error=ServeError,
-                what=what, env=env, log=log_path, timeout=3600,
-                fix=f"see {log_path}; a package index with these versions must be reachable (or a wheelhouse "
-                    "in PIP_FIND_LINKS with PIP_NO_INDEX=1)")
+def _pip(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path,
+         folder: Path | None) -> None:
+    process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                 *wheelhouse.index_args(folder), *args], error=ServeError, what=what, env=env, log=log_path,
+                timeout=3600, fix=f"see {log_path}; " + (f"the wheelhouse {folder} must hold these versions" if folder
+                                                         else "a package index with these versions must be reachable "
+                                                              "(or pass --wheelhouse DIR, a folder of wheels)"))
 
 
-def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = False) -> str:
-    """Make (or update) the serve interpreter: the wheel, sglang at the recipe's pin, what it needs."""
-    pin = plan.recipe.toolchain.sglang
-    if not pin:
-        raise ServeError("the recipe names no sglang version", hint="set [toolchain] sglang = \"0.5.9\"")
+def _needs(plan: Plan, sglang_requires: Iterable[str], flags_only: bool) -> list[str]:
+    return requirements(sglang_requires, flashinfer=plan.recipe.toolchain.flashinfer_python,
+                        only=PARSER_NEEDS if flags_only else None, extra_needs=sorted(PARSER_NEEDS) if flags_only else ())
+
+
+def _release_wheel(folder: Path, pin: str, tgt: wheelhouse.Target) -> Path:
+    found = wheelhouse.best(wheelhouse.scan(folder), Requirement(f"sglang=={pin}"), tgt)
+    if found is None or found.tags is None:
+        raise ServeError(f"the wheelhouse {folder} lacks sglang=={pin} (a wheel)",
+                         hint=f"add it: `pip download -d {folder} --no-deps sglang=={pin}` on a host with an index")
+    return found.path
+
+
+def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = False, offline: bool = False,
+            folder: Path | None = None) -> str:
+    """Make (or update) the serve interpreter: the wheel, the recipe's sglang, what it needs."""
+    choice = sglang_dist.choose(plan)
+    if not choice.version:
+        raise ServeError("the recipe names no sglang", hint="set [toolchain] sglang = \"0.5.9\", or [serve] sglang = "
+                         "\"source\" for the sglang of the kernel's own commit")
     env = environment.server_env(plan)
     log_path = plan.cache_dir / "logs" / f"serve-install-{plan.recipe.name}.log"
     python = plan.recipe.serve.python or environment.create(environment.default_root(plan, build_python), build_python,
@@ -83,19 +100,26 @@ def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = Fa
     atomic.write_text(constraints, f"torch=={before.torch}\n")
     ours = parse_wheel_filename(wheel.name)[0]
     others = [name for name in before.dists if canonicalize_name(name) != ours]
-    with log.step(f"serve environment {python} (sglang {pin}{', flag checks only' if flags_only else ''})"):
+    with log.step(f"serve environment {python} ({choice.describe()}{', flag checks only' if flags_only else ''})"):
+        sglang: str | Path = f"sglang=={choice.version}"
+        if choice.origin == "source":
+            sglang = sglang_dist.build(plan, python, env, log_path=log_path, offline=offline, wheelhouse=folder)
+        if folder is not None:  # all that the folder lacks, before pip stops at the first
+            tgt = wheelhouse.target(python, env)
+            sglang = sglang if isinstance(sglang, Path) else _release_wheel(folder, choice.version, tgt)
+            wheelhouse.require(folder, _needs(plan, wheelhouse.requires(sglang), flags_only), tgt,
+                               what=f"sglang {choice.version}")
         if others:
             process.run([python, "-m", "pip", "uninstall", "-y", *others], error=ServeError, env=env, log=log_path,
                         what=f"removing {', '.join(others)} (another copy of {module})", timeout=600)
         _pip(python, ["--no-deps", "--force-reinstall", wheel], what=f"installing {wheel.name}", env=env,
-             log_path=log_path)
-        _pip(python, ["--no-deps", f"sglang=={pin}"], what=f"installing sglang {pin} (--no-deps)", env=env,
-             log_path=log_path)
+             log_path=log_path, folder=folder)
+        _pip(python, ["--no-deps", *(["--force-reinstall"] if isinstance(sglang, Path) else []), sglang],
+             what=f"installing sglang {choice.version} (--no-deps)", env=env, log_path=log_path, folder=folder)
         after = environment.inspect(python, module, env)
-        reqs = requirements(after.sglang_requires, flashinfer=plan.recipe.toolchain.flashinfer_python,
-                            only=PARSER_NEEDS if flags_only else None,
-                            extra_needs=sorted(PARSER_NEEDS) if flags_only else ())
+        reqs = _needs(plan, after.sglang_requires, flags_only)
         if reqs:
-            _pip(python, ["-c", constraints, *reqs], env=env, log_path=log_path,
-                 what=f"installing what sglang {pin} needs ({len(reqs)} requirements, torch {before.torch} kept)")
+            _pip(python, ["-c", constraints, *reqs], env=env, log_path=log_path, folder=folder,
+                 what=f"installing what sglang {choice.version} needs ({len(reqs)} requirements, torch "
+                      f"{before.torch} kept)")
     return python

@@ -4,8 +4,9 @@ Proof, in order: the wheel has a passing verification record for its exact bytes
 serve interpreter has that wheel's distribution at that version, and no other
 distribution of the same package; the installed files hash to the wheel's RECORD (the
 native libraries are hashed on disk, so a copy overwritten after install is caught); the
-import resolves to that copy; sglang is the recipe's pin and its own pin on the kernel
-admits our version; torch is the one the wheel was built against.
+import resolves to that copy; sglang is the recipe's (its release, or the build of the
+kernel's own commit: sglang_dist) and its own pin on the kernel admits our version; torch
+is the one the wheel was built against.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -28,6 +28,7 @@ from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.stages.build.provenance import FILE as PROVENANCE_FILE
 from build_kernel.stages.serve.environment import KERNEL_DISTRIBUTIONS, Installed
+from build_kernel.stages.serve.sglang_dist import Choice
 from build_kernel.stages.verify import report
 
 NATIVE = (".so", ".pyd", ".dylib")
@@ -113,7 +114,7 @@ def _same_torch(built: str, have: str) -> bool:
     return a.public == b.public and (a.local == b.local or not a.local or not b.local)
 
 
-def check(wheel: Path, module: str, installed: Installed, *, sglang_pin: str, force: bool = False) -> Preflight:
+def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, force: bool = False) -> Preflight:
     """Refuse (ServeError, or a loud warning under `force`) unless the server would run our verified wheel."""
     report.require_verified(wheel, force=force)
     parsed_name, parsed_version, _, _ = parse_wheel_filename(wheel.name)
@@ -137,10 +138,10 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang_pin: str, fo
                             "(a PYTHONPATH entry in [serve.env]?)")
     for name, dist in found.values():
         problems.append(f"{installed.python} also has {name} {dist['version']}, which installs {module} too")
-    # `==0.5.9` as pip reads it: a local build of that release (0.5.9+g6ffc74e) is that release.
-    if sglang_pin and not (installed.sglang and SpecifierSet(f"=={sglang_pin}").contains(installed.sglang,
-                                                                                      prereleases=True)):
-        problems.append(f"{installed.python} has sglang {installed.sglang or '(none)'}, the recipe pins {sglang_pin}")
+    if sglang.version and not sglang.admits(installed.sglang):
+        wants = (f"the recipe pins {sglang.version}" if sglang.origin == "release" else
+                 f"the recipe serves sglang {sglang.version} (built from {sglang.commit[:12]}: [serve] sglang = \"source\")")
+        problems.append(f"{installed.python} has sglang {installed.sglang or '(none)'}, {wants}")
     built_torch = provenance.get("toolchain", {}).get("torch")
     if built_torch and installed.torch and not _same_torch(built_torch, installed.torch):
         problems.append(f"{installed.python} has torch {installed.torch}; {wheel.name} was built against {built_torch}")
