@@ -641,6 +641,9 @@ def device_wheels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     yield {
         "sm_90a": cuda_wheel(tmp / "hopper", "bkhopper", cuda_lib(tmp, "arch=compute_90a,code=sm_90a")),
         "sm_120a": cuda_wheel(tmp / "blackwell", "bknofp4", cuda_lib(tmp, "arch=compute_120a,code=sm_120a")),
+        # The same library as sglang-kernel 0.4.3 would ship it: no FP4 code, upstream JIT-compiles it.
+        "0.4.3": cuda_wheel(tmp / "jit", "bknofp4", cuda_lib(tmp, "arch=compute_120a,code=sm_120a"),
+                            dist="sglang_kernel", version="0.4.3+cu130.sm120a"),
     }
 
 
@@ -665,6 +668,39 @@ def test_cli_no_fp4_instructions_in_the_sass(device_wheels: dict[str, Path], pro
     assert data["failures"] == [
         "bknofp4/libwork.so: no FP4 instructions (F2FP\\.SATFINITE\\.E2M1) in its sm_120a SASS: the FP4 kernels "
         "were not compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"]
+
+
+@pytest.mark.parametrize(("dist", "version", "jit"), [
+    ("sglang_kernel", "0.4.3+cu130.sm120a.g0753182b", True),
+    ("sglang-kernel", "0.4.0", True),
+    ("sgl_kernel", "0.4.10", True),
+    ("sgl_kernel", "0.3.21+cu130.sm120a", False),  # the NVFP4 kernels were still built in
+    ("sgl_kernel", "0.3.21.post1", False),
+    ("minikernel", "0.4.3", False),  # another package: no such move
+    ("sglang_kernel", "not-a-version", False),
+])
+def test_fp4_absent_names_the_jit_move_from_0_4(dist: str, version: str, jit: bool) -> None:
+    from build_kernel.stages.verify import diagnose
+
+    why = diagnose.fp4_absent(dist, version)
+    assert "\n" not in why
+    if jit:
+        assert why.startswith(f"{dist} {version} has none to find: from 0.4 the NVFP4 kernels are JIT-compiled")
+        assert "f88acf878" in why and "ENABLE_NVFP4" not in why
+    else:
+        assert why == "the FP4 kernels were not compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"
+
+
+@pytest.mark.slow
+def test_cli_no_fp4_in_sglang_kernel_0_4_names_the_jit_move(device_wheels: dict[str, Path], project: Path,
+                                                           tmp_path: Path) -> None:
+    recipe = verify_recipe(project, "jit", FP4_VERIFY)
+    data = failed_report(verify_cli(device_wheels["0.4.3"], recipe, tmp_path, "--static"))
+    assert data["failures"] == [
+        "bknofp4/libwork.so: no FP4 instructions (F2FP\\.SATFINITE\\.E2M1) in its sm_120a SASS: sglang_kernel "
+        "0.4.3+cu130.sm120a has none to find: from 0.4 the NVFP4 kernels are JIT-compiled by sglang at run time "
+        "(sglang.jit_kernel.nvfp4, upstream f88acf878, PR #20012), not built into the wheel (drop fp4_sass and the "
+        "FP4 library rule from the recipe's [verify])"]
 
 
 @pytest.mark.slow

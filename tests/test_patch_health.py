@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,67 @@ def test_git_failure_in_the_mirror_is_one_line_fetch_error(tmp_path: Path) -> No
     text = str(exc.value)
     assert "\n" not in text and text.startswith(f"git rev-list in {tmp_path}: `git -C {tmp_path} rev-list HEAD` exited 128")
     assert text.endswith("(delete the mirror from the cache and retry)")
+
+
+def _guard_note_series(project: Path) -> str:
+    """minikernel/v2: one patch written against the guarded policies (0.1.2's CMakeLists.txt), so it
+    applies there only, where v1's 0001 is upstream; at 0.2.0 neither applies."""
+    from build_kernel.series import write_lock
+
+    cmake = (REPO_ROOT / "examples/minikernel/CMakeLists.txt").read_text()
+    guarded = cmake.replace("cmake_policy(SET CMP0169 OLD)\ncmake_policy(SET CMP0177 NEW)\n",
+                            "if(POLICY CMP0169)\n    cmake_policy(SET CMP0169 OLD)\nendif()\n"
+                            "if(POLICY CMP0177)\n    cmake_policy(SET CMP0177 NEW)\nendif()\n")
+    noted = guarded.replace("if(POLICY CMP0169)\n", "# guarded upstream since 0.1.2\nif(POLICY CMP0169)\n", 1)
+    diff = "".join(difflib.unified_diff(guarded.splitlines(True), noted.splitlines(True),
+                                        "a/CMakeLists.txt", "b/CMakeLists.txt"))
+    name = "0001-note-upstream-guard.patch"
+    directory = project / "patches" / "minikernel" / "v2"
+    directory.mkdir(parents=True)
+    (directory / name).write_text("Description: note that upstream guards the policies\n"
+                                  "Origin: vendor, build-kernel tests\nForwarded: not-needed\n"
+                                  "Last-Update: 2026-12-02\n---\n" + diff)
+    (directory / "series").write_text(f"{name}\n")
+    write_lock(directory)
+    return name
+
+
+def test_two_series_one_column_each_and_the_uncovered_commit(tmp_path: Path, project: Path, recipe: Path,
+                                                             upstream: Upstream) -> None:
+    note = _guard_note_series(project)
+    cache, out = tmp_path / "cache", tmp_path / "health.json"
+    rows = health(cache, recipe, "--series", "minikernel/v2", "--write", str(out))
+
+    assert [r["version"] for r in rows] == ["0.1.0", "0.1.1", "0.1.2", "0.2.0"]
+    assert [list(r["series"]) for r in rows] == [["minikernel/v1", "minikernel/v2"]] * 4
+    assert [r["series"]["minikernel/v1"]["applies"] for r in rows] == [True, True, False, False]
+    assert [r["series"]["minikernel/v2"]["applies"] for r in rows] == [False, False, True, False]
+    assert [r["series"]["minikernel/v2"]["states"][note] for r in rows] == ["conflicts", "conflicts", "applies",
+                                                                           "conflicts"]
+    assert [r["covered_by"] for r in rows] == [["minikernel/v1"], ["minikernel/v1"], ["minikernel/v2"], []]
+    assert [r["applies"] for r in rows] == [True, True, False, False]  # the recipe's own series, as before
+
+    # --write keeps each series' states and the covering series, no upstream text.
+    assert json.loads(out.read_text()) == [
+        {"commit": r["commit"], "date": r["date"], "version": r["version"],
+         "series": {n: s["states"] for n, s in r["series"].items()}, "covered_by": r["covered_by"]} for r in rows]
+
+    human = run_cli("--cache-dir", str(cache), "patch", "health", "--recipe", str(recipe), "--offline",
+                    "--series", "minikernel/v2", "--series", "minikernel/v1")  # the recipe's own: once
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.count("minikernel/v1 applies whole") == 1
+    assert "minikernel/v1 applies whole at 2 of 4 commits" in human.stdout
+    assert "minikernel/v2 applies whole at 1 of 4 commits" in human.stdout
+    assert "covered by one of them: 3 of 4 commits" in human.stdout
+    assert (f"not covered: 0.2.0 {upstream.shas['0.2.0'][:9]} (minikernel/v1: 0001-cmake-guard-policies.patch "
+            f"conflicts; minikernel/v2: {note} conflicts)") in human.stdout
+    assert "0001 upstream" in human.stdout and "0001 CONFLICT" in human.stdout  # the cell names the first stopper
+
+
+def test_unknown_compared_series_is_one_line_error(tmp_path: Path, project: Path, recipe: Path) -> None:
+    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "patch", "health", "--recipe", str(recipe),
+                   "--series", "minikernel/v9")
+    assert proc.returncode == 5, proc.stderr  # PatchError
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --series minikernel/v9: no series file at {project}/patches/minikernel/v9/series")
+    assert "e.g. minikernel/v1" in line

@@ -35,22 +35,25 @@ def nvcc() -> str:
     return found
 
 
-def make_wheel(tmp: Path, name: str, lib: Path, *, provenance_torch: str | None = None) -> Path:
-    """A real wheel: package `name` whose import loads `libwork.so` with the dynamic loader."""
-    root = tmp / f"{name}-0.1"
-    pkg, info = root / name, root / f"{name}-0.1.dist-info"
+def make_wheel(tmp: Path, name: str, lib: Path, *, provenance_torch: str | None = None,
+               dist: str | None = None, version: str = "0.1") -> Path:
+    """A real wheel: package `name` whose import loads `libwork.so` with the dynamic loader
+    (distribution `dist`, default `name`, at `version`)."""
+    dist = dist or name
+    root = tmp / f"{dist}-{version}"
+    pkg, info = root / name, root / f"{dist}-{version}.dist-info"
     pkg.mkdir(parents=True)
     info.mkdir()
     (pkg / "__init__.py").write_text(LOADER)
     (pkg / "libwork.so").write_bytes(lib.read_bytes())
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n")
     if provenance_torch:
         (info / "build_kernel_provenance.json").write_text(json.dumps({"toolchain": {"torch": provenance_torch}}))
     out = tmp / "dist"
     out.mkdir(exist_ok=True)
     subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(root)], check=True, capture_output=True)
-    [wheel] = list(out.glob(f"{name}-*.whl"))
+    [wheel] = list(out.glob(f"{dist}-*.whl"))
     return wheel
 
 

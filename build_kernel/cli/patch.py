@@ -42,15 +42,19 @@ def patch_check_cmd(opts: Options, commit: str | None, offline: bool) -> None:
 @click.option("--until", metavar="REF", help="Walk back from this branch, tag or full commit SHA (default: the recipe's [source] ref).")
 @click.option("--write", "write_to", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the rows (commit, date, version, states) as JSON to FILE, atomically.")
+@click.option("--series", "also", multiple=True, metavar="SERIES/VERSION",
+              help="Also check this series of the recipe's patches/ folder (e.g. sm120/v4) at the same commits: "
+                   "one column per series, and the commits none of them covers. Repeatable.")
 @offline_option
 @click.pass_obj
 def patch_health_cmd(opts: Options, since: str | None, until: str | None,
-                     write_to: Path | None, offline: bool) -> None:
+                     write_to: Path | None, also: tuple[str, ...], offline: bool) -> None:
     """The series' state at every upstream commit that changed the package version (a report: exit 0)."""
     from build_kernel.stages.patch import health as patch_health
 
     p = opts.plan()
-    health = patch_health.walk(p, since=since, until=until, offline=offline)
+    more = tuple(patch_health.other_series(p, name) for name in dict.fromkeys(also) if name != p.series.name)
+    health = patch_health.walk(p, since=since, until=until, offline=offline, also=more)
     if write_to is not None:
         patch_health.write(health, write_to)
     emit(opts, [row.to_dict() for row in health.rows], patch_health.render(health, [s.name for s in p.series.patches]))

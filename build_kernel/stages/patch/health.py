@@ -8,7 +8,9 @@ the side branches' own steps), kept where `[project] version` differs from the p
 The mirror is fetch's partial clone (commits and trees, blobs only where asked for), and
 everything enters it through `fetch.ensure_commit`: the history with the branch, then the
 pyproject.toml of each commit that touched it, then the package's files at each commit
-that is checked. Those commits are checked one after the other in a single scratch clone.
+that is checked. Those commits are checked one after the other in a single scratch clone. More series
+(`--series sm120/v4`) are checked at the same commits: one column per series, and which
+commits none of them covers.
 Rendering and writing the result is healthreport's (`render` and `write` importable here).
 """
 
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_kernel import log, process
-from build_kernel.errors import FetchError
+from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan
+from build_kernel.series import Series, load_series
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.fetch.mirror import NO_NETWORK, checkout
 from build_kernel.stages.patch import apply as patches
@@ -36,28 +39,67 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+def _whole(statuses: tuple[patches.PatchStatus, ...]) -> bool:
+    """The whole series would apply (what `fetch` needs): offsets are fine, nothing upstream or conflicting."""
+    return all(s.state in (patches.APPLIES, patches.OFFSET) for s in statuses)
+
+
+@dataclass(frozen=True)
+class SeriesAt:
+    """One series' patches at one commit."""
+
+    name: str
+    statuses: tuple[patches.PatchStatus, ...]
+
+    @property
+    def applies(self) -> bool:
+        return _whole(self.statuses)
+
+    def why_not(self) -> str:
+        """The first patch that stops it, e.g. `0005-prune-arch-dispatch.patch conflicts` ("" when it applies)."""
+        return next((f"{s.name} {s.state}" for s in self.statuses if s.state not in (patches.APPLIES, patches.OFFSET)),
+                    "")
+
+
 @dataclass(frozen=True)
 class Row:
     commit: str
     date: str
     version: str
     statuses: tuple[patches.PatchStatus, ...]
+    compared: tuple[SeriesAt, ...] = ()  # every series checked here (the recipe's first) when more than one
 
     @property
     def applies(self) -> bool:
-        """The whole series would apply (what `fetch` needs): offsets are fine, nothing upstream or conflicting."""
-        return all(s.state in (patches.APPLIES, patches.OFFSET) for s in self.statuses)
+        """The recipe's whole series would apply."""
+        return _whole(self.statuses)
+
+    @property
+    def covered_by(self) -> list[str]:
+        """The compared series that apply whole here."""
+        return [c.name for c in self.compared if c.applies]
 
     def states(self) -> dict[str, str]:
         return {s.name: s.state for s in self.statuses}
 
     def to_dict(self) -> dict[str, object]:
-        return {"commit": self.commit, "date": self.date, "version": self.version, "states": self.states(),
-                "applies": self.applies, "patches": [s.to_dict() for s in self.statuses]}
+        row: dict[str, object] = {"commit": self.commit, "date": self.date, "version": self.version,
+                                  "states": self.states(), "applies": self.applies,
+                                  "patches": [s.to_dict() for s in self.statuses]}
+        if self.compared:
+            row["series"] = {c.name: {"applies": c.applies, "states": {s.name: s.state for s in c.statuses},
+                                      "patches": [s.to_dict() for s in c.statuses]} for c in self.compared}
+            row["covered_by"] = self.covered_by
+        return row
 
     def record(self) -> dict[str, object]:
-        """What `--write` keeps: no offsets or conflict text, so the file changes only when a state does."""
-        return {"commit": self.commit, "date": self.date, "version": self.version, "states": self.states()}
+        """What `--write` keeps: no offsets or conflict text, so the file changes only when a state does.
+        With several series: each one's states and the series that apply whole."""
+        head: dict[str, object] = {"commit": self.commit, "date": self.date, "version": self.version}
+        if not self.compared:
+            return {**head, "states": self.states()}
+        return {**head, "series": {c.name: {s.name: s.state for s in c.statuses} for c in self.compared},
+                "covered_by": self.covered_by}
 
 
 @dataclass(frozen=True)
@@ -66,10 +108,16 @@ class Health:
     until: str
     since: str | None
     rows: tuple[Row, ...]
+    series: tuple[str, ...] = ()  # the compared series' names (the recipe's first), when more than one
 
     @property
     def whole(self) -> int:
         return sum(row.applies for row in self.rows)
+
+    @property
+    def uncovered(self) -> tuple[Row, ...]:
+        """The rows no compared series applies to whole."""
+        return tuple(row for row in self.rows if self.series and not row.covered_by)
 
 
 def _git(repo: Path, *args: str, env: Mapping[str, str], stdin: str | None = None,
@@ -246,8 +294,21 @@ def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
     return found
 
 
-def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offline: bool = False) -> Health:
-    """`patches.check_series` at every version change of the recipe's package, oldest first."""
+def other_series(plan: Plan, name: str) -> Series:
+    """`SERIES/VERSION` of the recipe's patches/ folder (beside the recipe's own series), loaded and lock-checked."""
+    patches_dir = plan.recipe.root / "patches"
+    parts = name.strip("/").split("/")
+    directory = patches_dir.joinpath(*parts)
+    if len(parts) != 2 or ".." in parts or not (directory / "series").is_file():
+        raise PatchError(f"--series {name}: no series file at {directory}/series",
+                         hint=f"name a folder of {patches_dir} as SERIES/VERSION, e.g. {plan.series.name}")
+    return load_series(directory)
+
+
+def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offline: bool = False,
+         also: tuple[Series, ...] = ()) -> Health:
+    """`patches.check_series` at every version change of the recipe's package, oldest first;
+    `also`: more series checked at the same commits (one column each)."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
     get = _Fetcher(plan, url, offline)
@@ -268,7 +329,11 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
                 # One scratch clone for the walk: check_series reads HEAD, so moving HEAD is all it needs.
                 _out(tree, "checkout", "--quiet", "--force", "--detach", sha, env=plan.env)
             statuses = tuple(patches.check_series(tree, plan.series, src.subdir, env=plan.env))
-            rows.append(Row(sha, date, version, statuses))
+            compared = (SeriesAt(plan.series.name, statuses),
+                        *(SeriesAt(s.name, tuple(patches.check_series(tree, s, src.subdir, env=plan.env)))
+                          for s in also)) if also else ()
+            rows.append(Row(sha, date, version, statuses, compared))
             log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
-                     f"{'applies' if rows[-1].applies else 'does not apply'}")
-    return Health(url, until_sha, since_sha, tuple(rows))
+                     + (", ".join(f"{c.name} {'applies' if c.applies else 'does not apply'}" for c in compared)
+                        or ("applies" if rows[-1].applies else "does not apply")))
+    return Health(url, until_sha, since_sha, tuple(rows), (plan.series.name, *(s.name for s in also)) if also else ())

@@ -15,8 +15,8 @@ from build_kernel import atomic
 from build_kernel.errors import PatchError
 from build_kernel.stages.patch import apply as patches
 
-if TYPE_CHECKING:  # a type only: health imports this module
-    from build_kernel.stages.patch.health import Health
+if TYPE_CHECKING:  # types only: health imports this module
+    from build_kernel.stages.patch.health import Health, Row
 
 
 def write(health: Health, path: Path) -> None:
@@ -41,7 +41,10 @@ _SHORT = {patches.APPLIES: "[green]ok[/]", patches.OFFSET: "[yellow]offset[/]",
 
 
 def render(health: Health, names: list[str]) -> Group:
-    """One row per version change, one column per patch, a legend, and the summary line."""
+    """One row per version change, one column per patch, a legend, and the summary line;
+    with several series, one column per series instead (`render_compared`)."""
+    if health.series:
+        return render_compared(health)
     heads = labels(names)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for heading in ("commit", "date", "version", *heads, "whole"):
@@ -53,3 +56,33 @@ def render(health: Health, names: list[str]) -> Group:
     legend = [Text(f"{h}  {n}") for h, n in zip(heads, names, strict=True)]
     summary = f"series applies whole at {health.whole} of {len(health.rows)} commits"
     return Group(table, Text(""), *legend, Text(summary))
+
+
+def _cell(row: Row, name: str) -> str:
+    at = next(c for c in row.compared if c.name == name)
+    if at.applies:
+        return "[yellow]offset[/]" if any(st.state == patches.OFFSET for st in at.statuses) else "[green]ok[/]"
+    first = next(st for st in at.statuses if st.state not in (patches.APPLIES, patches.OFFSET))
+    return f"[red]{first.name.split('-', 1)[0]} {_WORD.get(first.state, first.state)}[/]"
+
+
+_WORD = {patches.UPSTREAM: "upstream", patches.CONFLICT: "CONFLICT"}
+
+
+def render_compared(health: Health) -> Group:
+    """One row per version change, one column per series (ok / offset / the first patch that stops it),
+    which series cover it; then each series' count and the rows none covers, with why."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for heading in ("commit", "date", "version", *health.series, "covered by"):
+        table.add_column(heading, no_wrap=True)
+    for row in health.rows:
+        table.add_row(row.commit[:9], row.date, row.version, *(_cell(row, n) for n in health.series),
+                      ", ".join(row.covered_by) or "[red]none[/]")
+    total = len(health.rows)
+    lines = [Text(f"{name} applies whole at {sum(name in r.covered_by for r in health.rows)} of {total} commits")
+             for name in health.series]
+    lines.append(Text(f"covered by one of them: {total - len(health.uncovered)} of {total} commits"))
+    for row in health.uncovered:
+        why = "; ".join(f"{c.name}: {c.why_not()}" for c in row.compared)
+        lines.append(Text(f"not covered: {row.version} {row.commit[:9]} ({why})"))
+    return Group(table, Text(""), *lines)

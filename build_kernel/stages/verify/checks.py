@@ -173,8 +173,14 @@ def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, archs: tupl
         where = f"its {', '.join(a.sm for a in fp4_archs)} SASS" if scans else \
             f"it: no {', '.join(a.sm for a in fp4_archs)} cubin to disassemble"
         report.failures.append(
-            f"{lib.path}: no FP4 instructions ({' / '.join(spec.fp4_sass)}) in {where}: the FP4 kernels were not "
-            "compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)")
+            f"{lib.path}: no FP4 instructions ({' / '.join(spec.fp4_sass)}) in {where}: "
+            f"{diagnose.fp4_absent(*_wheel_dist(report.wheel))}")
+
+
+def _wheel_dist(wheel_name: str) -> tuple[str, str]:
+    """A wheel file name's distribution and version (`sglang_kernel-0.4.3+cu130...-cp310-...whl`)."""
+    name, version, *_ = [*wheel_name.split("-"), "", ""]
+    return name, version
 
 
 def _wheel_torch(wheel: Path) -> str | None:

@@ -3,6 +3,7 @@
 The loader's message is kept whole in the report (`import_details`) and the log; this
 names the cause a user can act on: a CUDA library of another major (the wheel was built
 for another CUDA), or torch symbols this torch lacks (built against another torch).
+Also why a wheel's SASS has no FP4 instructions (`fp4_absent`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from build_kernel import process
 
@@ -78,3 +81,24 @@ def explain(error: str, stack: Stack, *, wheel_torch: str | None = None, fix: st
                 f"{fix}")
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"
+
+
+# Upstream moved the NVFP4 kernels out of the prebuilt library at f88acf878 (PR #20012, 2026-03-07):
+# sglang JIT-compiles them at run time (python/sglang/jit_kernel/nvfp4.py, through tvm-ffi and nvcc).
+# The first release after it is 0.4.0 (2026-03-16, distribution `sglang-kernel`).
+FP4_JIT_FROM = (0, 4)
+_SGL_KERNEL = {"sgl-kernel", "sglang-kernel"}
+
+
+def fp4_absent(distribution: str, version: str) -> str:
+    """Why a wheel's FP4 library shows no FP4 instructions: for sgl-kernel >= 0.4 they are JIT-compiled
+    by sglang and never in the wheel; before (or for another package), the build left them out."""
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        release = ()
+    if canonicalize_name(distribution) in _SGL_KERNEL and release[:2] >= FP4_JIT_FROM:
+        return (f"{distribution} {version} has none to find: from 0.4 the NVFP4 kernels are JIT-compiled by sglang "
+                "at run time (sglang.jit_kernel.nvfp4, upstream f88acf878, PR #20012), not built into the wheel "
+                "(drop fp4_sass and the FP4 library rule from the recipe's [verify])")
+    return "the FP4 kernels were not compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"
