@@ -69,6 +69,17 @@ def defined_by_wheel(wheel: Path, module: str) -> set[str] | None:
     with zipfile.ZipFile(wheel) as zf:
         sources = {n: zf.read(n).decode(errors="replace") for n in zf.namelist()
                    if n.startswith(module + "/") and n.endswith(".py")}
+    return defined(sources, module)
+
+
+def defined_installed(root: Path, module: str) -> set[str] | None:
+    """Top-level names of `module` as installed under `root` (site-packages); None without the package."""
+    sources = {p.relative_to(root).as_posix(): p.read_text(errors="replace") for p in (root / module).rglob("*.py")}
+    return defined(sources, module)
+
+
+def defined(sources: dict[str, str], module: str) -> set[str] | None:
+    """Top-level names of `module` from its sources ({"pkg/x.py": text}), following `from .x import *`."""
     if f"{module}/__init__.py" not in sources:
         return None
     names: set[str] = set()
