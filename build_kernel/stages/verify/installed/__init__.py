@@ -115,7 +115,7 @@ def _torch_problems(d: Diagnosis, libs: list[Path]) -> None:
                                           f"{here.describe()}"))
     for what, want in (("requires", b.pin), ("was built against", b.provenance)):
         if want and not same_torch(want, here.version):
-            d.problems.append(Problem("torch", f"{what} torch {'==' if what == 'requires' else ''}{want}; "
+            d.problems.append(Problem("torch", f"{what} torch{'==' if what == 'requires' else ' '}{want}; "
                                                f"{here.describe()}"))
     if b.lacking:
         d.problems.append(Problem("torch", f"was built against another torch: {len(b.lacking)} of the {b.looked_up} "
@@ -129,9 +129,12 @@ def _device_code(d: Diagnosis, root: Path, libs: list[Path], spec: Verify, archs
     with tempfile.TemporaryDirectory(prefix="bk-doctor-") as tmp:
         checks.static_checks(report, root, libs, {}, spec, archs, cubins.cuobjdump(env), env, Path(tmp))
     d.libraries = report.libraries
-    for failure in report.failures:
-        if "no FP4 instructions" not in failure:  # FP4 is judged below, with the JIT in view
-            d.problems.append(Problem("arch", f"has {failure}" if failure.startswith("no ") else f"lacks code: {failure}"))
+    for lib in (lib for lib in d.libraries if lib.missing):
+        has = ", ".join([*lib.archs, *(f"compute_{p[3:]} PTX" for p in lib.ptx)]) or "no device code"
+        d.problems.append(Problem("arch", f"has no {', '.join(lib.missing)} code in {lib.path} (has {has})"))
+    # The rest of verify's failures that name no library (a required library absent); FP4 is judged below.
+    for failure in (f for f in report.failures if f.startswith("no ") and "FP4 instructions" not in f):
+        d.problems.append(Problem("arch", f"has {failure}"))
     names = fp4.api(spec.ops)
     jit = fp4.jit_in_sglang(sglang_root, names)
     fp4_lib = next((lib for lib in d.libraries if rule_for(lib.path, spec).fp4 and lib.applies), None)

@@ -63,8 +63,8 @@ def classify(arch: str, aot_matches: dict[str, int] | None, library: str, kernel
         return Fp4(arch, "aot", f"ahead of time in {library} ({shown})")
     promised = sorted(set(names) & kernel_names)
     if promised:
-        return Fp4(arch, "absent", f"{library} defines {', '.join(promised)} but its {arch} SASS has no FP4 "
-                                   "instruction (built with ENABLE_NVFP4 off?)")
+        return Fp4(arch, "absent", f"the package defines {', '.join(promised)} but the {arch} SASS of {library} has "
+                                   "no FP4 instruction (built with ENABLE_NVFP4 off?)")
     if jit:
         return Fp4(arch, "jit", f"by JIT at first use: sglang {sglang} compiles it ({jit}); none ahead of time")
     if sglang:
