@@ -58,7 +58,9 @@ class Diagnosis:
                  f"on torch {self.torch.version}"]
         if self.archs:
             parts.append(f"{', '.join(self.archs)} covered")
-        parts += [f"FP4 for {f.arch} {f.detail.split(':')[0].split(' (')[0]}" for f in self.fp4]
+        how = {"aot": "ahead of time", "jit": f"by JIT (sglang {self.sglang})",
+               "jit-without-sglang": "not ahead of time (left to sglang's JIT; no such sglang here)"}
+        parts += [f"FP4 for {f.arch} {how.get(f.how, f.how)}" for f in self.fp4]
         return "; ".join(parts)
 
     def verdict(self) -> str:

@@ -5,6 +5,7 @@ the installed torch's libraries do not export (what the loader would stop at).""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import GNUHashSection
 from elftools.elf.sections import SymbolTableSection
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 # Mangled names in torch's namespaces: c10::, at::, torch::, caffe2:: (functions, const members, vtables, typeinfo).
 _TORCH_SYMBOL = re.compile(r"^_Z(?:N|NK|TVN|TIN|TSN)?(?:3c10|2at|5torch|6caffe2)")
@@ -52,14 +54,14 @@ def torch_here(root: str | None) -> TorchHere:
     return TorchHere(version.group(1) if version else None, cuda.group(1) if cuda and cuda.group(1) else None, root)
 
 
-def pinned(requires: list[str]) -> str | None:
-    """`2.14.1` from a `torch==2.14.1` requirement (no extra's marker)."""
+def pinned(requires: Sequence[str], names: Sequence[str] = ("torch",)) -> str | None:
+    """`2.14.1` from a `torch==2.14.1` requirement (or one on another of `names`; an extra's is not counted)."""
     for text in requires:
         try:
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if req.name == "torch" and not (req.marker and "extra" in str(req.marker)):
+        if canonicalize_name(req.name) in names and not (req.marker and "extra" in str(req.marker)):
             exact = [s.version for s in req.specifier if s.operator in ("==", "===")]
             if exact:
                 return exact[0]

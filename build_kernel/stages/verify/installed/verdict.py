@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from build_kernel import recipe
@@ -14,7 +12,7 @@ from build_kernel.archs import Arch
 from build_kernel.errors import BuildKernelError
 from build_kernel.stages.serve.environment import KERNEL_DISTRIBUTIONS
 from build_kernel.stages.serve.preflight import same_torch
-from build_kernel.stages.verify.installed.torch_abi import TorchHere
+from build_kernel.stages.verify.installed.torch_abi import TorchHere, pinned
 
 # The last SGLang main with the NVFP4 kernels in the prebuilt library (sgl-kernel 0.3.21 @ 6ffc74ef).
 DEFAULT_RECIPE = "nightly-cu130"
@@ -31,16 +29,7 @@ class Problem:
 
 def kernel_pin(sglang_requires: Sequence[str]) -> str | None:
     """The kernel version sglang pins (`sgl-kernel==0.3.21`), if it pins one exactly."""
-    for text in sglang_requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) in KERNEL_DISTRIBUTIONS and not (req.marker and "extra" in str(req.marker)):
-            exact = [s.version for s in req.specifier if s.operator == "=="]
-            if exact:
-                return exact[0]
-    return None
+    return pinned(sglang_requires, KERNEL_DISTRIBUTIONS)
 
 
 def choose_recipe(*, given: str | None, built_by: str | None, version: str | None, sglang_pin: str | None,
