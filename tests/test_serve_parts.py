@@ -152,6 +152,10 @@ def test_names_sglang_imports_on_cuda_that_the_wheel_lacks_are_found(tmp_path: P
         "from sgl_kernel import fp8_scaled_mm, flash_attn, silu_and_mul\n"
         "def f():\n    from sgl_kernel import lazy_only\n")
     (sglang / "srt" / "tests" / "test_x.py").write_text("from sgl_kernel import test_only\n")
+    # Another platform's modules import their own kernel's names at module level (sglang 0.5.23's XPU ones).
+    (sglang / "srt" / "hardware_backend" / "xpu").mkdir(parents=True)
+    (sglang / "srt" / "hardware_backend" / "xpu" / "gdn.py").write_text("from sgl_kernel import gdn_attention\n")
+    (sglang / "srt" / "xpu_backend.py").write_text("from sgl_kernel import flash_mla_decode\n")
     assert api.missing(wheel, "sgl_kernel", sglang) == {"awq_marlin_repack": ["srt/layers.py"]}
     # Cached by sglang's folder and the wheel: the second answer is read back, not recomputed. Told
     # apart by a change inside the folder (which leaves the folder's own mtime alone) that a

@@ -158,11 +158,24 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
 
 
 @click.command("doctor")
+@click.option("--installed", is_flag=True,
+              help="Judge the sgl_kernel an interpreter would import (not imported): distribution and RECORD, CUDA "
+                   "and torch it was built for, SASS/FP4 for the GPUs here or --arch, sglang's imports; the fix.")
+@click.option("--python", "python", metavar="PATH", help="With --installed: that interpreter (default: this one).")
 @shared_options
 @click.pass_obj
-def doctor_cmd(opts: Options) -> None:
-    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits."""
+def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
+    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits;
+    with --installed, what is wrong with the sgl_kernel there and which recipe fixes it (exit 7)."""
     from build_kernel.stages.build import system_deps, toolkit
+
+    if installed:
+        from build_kernel.cli.installed import doctor_installed
+
+        doctor_installed(opts, python)
+        return
+    if python:
+        raise click.UsageError("--python goes with --installed")
 
     facts = toolchain.detect(sys.executable, opts.env)
     res = probe()

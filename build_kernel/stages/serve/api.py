@@ -4,7 +4,8 @@ A kernel snapshot and an sglang release drift apart: sgl-kernel at SGLang main 6
 longer exports `awq_marlin_moe_repack`, which sglang 0.5.9 imports at start on CUDA, so
 the server dies with an ImportError after minutes of loading. Both sides are read as
 source (no import, so no GPU): sglang's imports at module level or under an `if` whose test
-names cuda (its `if _is_cuda:` idiom; ROCm/NPU branches and try blocks are not counted);
+names cuda (its `if _is_cuda:` idiom; ROCm/NPU branches, try blocks and modules named for
+another platform, `hardware_backend/xpu/`, `xpu_backend.py`, are not counted);
 the wheel's names from every branch of its package's top-level code, following
 `from .x import *`.
 """
@@ -29,11 +30,21 @@ def _cuda_imports(body: list[ast.stmt], module: str) -> Iterator[str]:
             yield from _cuda_imports(node.body, module)
 
 
+# Modules of another platform (sglang 0.5.23: srt/hardware_backend/xpu/..., layers/attention/xpu_backend.py
+# import sgl-kernel-xpu's names at module level); a CUDA server never imports them.
+OTHER_PLATFORMS = frozenset({"xpu", "npu", "hip", "rocm", "musa", "hpu", "mlu", "ascend", "metal", "mps"})
+
+
+def _other_platform(rel: Path) -> bool:
+    return any(token in OTHER_PLATFORMS for part in (*rel.parts[:-1], rel.stem) for token in part.split("_"))
+
+
 def imported_by(package_root: Path, module: str) -> dict[str, list[str]]:
     """name -> files of `package_root` that import it from `module` at start on CUDA."""
     found: dict[str, list[str]] = {}
     for path in sorted(package_root.rglob("*.py")):
-        if {"test", "tests", "benchmark", "bench"} & set(path.relative_to(package_root).parts[:-1]):
+        rel = path.relative_to(package_root)
+        if {"test", "tests", "benchmark", "bench"} & set(rel.parts[:-1]) or _other_platform(rel):
             continue
         try:
             tree = ast.parse(path.read_text(errors="replace"))
@@ -69,6 +80,17 @@ def defined_by_wheel(wheel: Path, module: str) -> set[str] | None:
     with zipfile.ZipFile(wheel) as zf:
         sources = {n: zf.read(n).decode(errors="replace") for n in zf.namelist()
                    if n.startswith(module + "/") and n.endswith(".py")}
+    return defined(sources, module)
+
+
+def defined_installed(root: Path, module: str) -> set[str] | None:
+    """Top-level names of `module` as installed under `root` (site-packages); None without the package."""
+    sources = {p.relative_to(root).as_posix(): p.read_text(errors="replace") for p in (root / module).rglob("*.py")}
+    return defined(sources, module)
+
+
+def defined(sources: dict[str, str], module: str) -> set[str] | None:
+    """Top-level names of `module` from its sources ({"pkg/x.py": text}), following `from .x import *`."""
     if f"{module}/__init__.py" not in sources:
         return None
     names: set[str] = set()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from build_kernel import process
-from build_kernel.errors import ServeError
+from build_kernel.errors import BuildKernelError, ServeError
 from build_kernel.plan import Plan
 
 # sgl-kernel <= 0.3.x and sglang-kernel >= 0.4 both install the `sgl_kernel` package.
@@ -30,7 +30,7 @@ _INSPECT = r"""
 import importlib.metadata as md, importlib.util, json, sys
 module = sys.argv[1]
 out = {"python": sys.executable, "version": list(sys.version_info[:2]), "dists": {}, "module_origin": None,
-       "sglang": None, "torch": None}
+       "sglang": None, "torch": None, "torch_root": None}
 try:
     spec = importlib.util.find_spec(module)
     out["module_origin"] = spec.origin if spec else None
@@ -41,6 +41,9 @@ for name in ("sglang", "torch"):
         out[name] = md.version(name)
     except md.PackageNotFoundError:
         pass
+if out["torch"]:
+    found = importlib.util.find_spec("torch")
+    out["torch_root"] = next(iter(found.submodule_search_locations or []), None) if found else None
 if out["sglang"]:
     out["sglang_requires"] = md.requires("sglang") or []
     found = importlib.util.find_spec("sglang")
@@ -52,7 +55,10 @@ for dist in md.distributions():
         name = dist.metadata["Name"]
         out["dists"][name] = {"version": dist.version, "root": str(dist.locate_file("")),
                               "files": {str(f): (f.hash.value if f.hash else None) for f in files
-                                        if str(f).startswith(module + "/")}}
+                                        if str(f).startswith(module + "/")},
+                              "requires": dist.requires or [], "direct_url": dist.read_text("direct_url.json"),
+                              "provenance": dist.read_text("build_kernel_provenance.json"),
+                              "installer": (dist.read_text("INSTALLER") or "").strip()}
 print("@@SERVE-ENV@@" + json.dumps(out))
 """
 
@@ -69,6 +75,7 @@ class Installed:
     dists: dict[str, dict[str, Any]] = field(default_factory=dict)
     sglang_requires: tuple[str, ...] = ()
     sglang_root: str | None = None
+    torch_root: str | None = None
 
 
 def kernel_module(plan: Plan) -> str:
@@ -124,16 +131,19 @@ def create(root: Path, build_python: str, env: Mapping[str, str]) -> str:
     return python
 
 
-def inspect(python: str, module: str, env: Mapping[str, str]) -> Installed:
-    """What `python` has installed; a missing interpreter is an error that says how to make one."""
+def inspect(python: str, module: str, env: Mapping[str, str], *, error: type[BuildKernelError] = ServeError,
+            what: str = "serve interpreter",
+            missing_hint: str = "make it with `build-kernel serve --install --recipe R`, or set [serve] python"
+            ) -> Installed:
+    """What `python` has installed, read without importing `module` (nor torch, nor sglang); a missing
+    interpreter is an `error` that says how to make one."""
     if not Path(python).exists():
-        raise ServeError(f"no serve interpreter at {python}",
-                         hint="make it with `build-kernel serve --install --recipe R`, or set [serve] python")
-    proc = process.run([python, "-c", _INSPECT, module], error=ServeError, what=f"inspecting {python}", env=env,
+        raise error(f"no {what} at {python}", hint=missing_hint)
+    proc = process.run([python, "-c", _INSPECT, module], error=error, what=f"inspecting {python}", env=env,
                        timeout=120)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)), None)
     if line is None:
-        raise ServeError(f"{python} printed no inventory", hint="run it by hand: is it a working Python 3?")
+        raise error(f"{python} printed no inventory", hint="run it by hand: is it a working Python 3?")
     data = json.loads(line[len(_MARK):])
     return Installed(data["python"], data["sglang"], data["torch"], data["module_origin"], data["dists"],
-                     tuple(data.get("sglang_requires", [])), data.get("sglang_root"))
+                     tuple(data.get("sglang_requires", [])), data.get("sglang_root"), data.get("torch_root"))

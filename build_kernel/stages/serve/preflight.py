@@ -11,7 +11,6 @@ is the one the wheel was built against.
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
@@ -60,11 +59,6 @@ def wheel_record(wheel: Path) -> tuple[dict[str, str], dict[str, Any]]:
     return hashes, provenance
 
 
-def _b64_sha256(path: Path) -> str:
-    """As a wheel's RECORD writes it: urlsafe base64, no padding."""
-    return base64.urlsafe_b64encode(report.sha256_digest(path)).rstrip(b"=").decode()
-
-
 def _installed_matches(wheel: Path, module: str, dist: dict[str, Any]) -> str | None:
     """None when the installed files are the wheel's; else what differs."""
     want, _ = wheel_record(wheel)
@@ -79,7 +73,7 @@ def _installed_matches(wheel: Path, module: str, dist: dict[str, Any]) -> str | 
     root = Path(dist["root"])
     for path in sorted(p for p in want if p.endswith(NATIVE) or ".so." in p):
         on_disk = root / path
-        if not on_disk.is_file() or _b64_sha256(on_disk) != want[path]:
+        if not on_disk.is_file() or report.record_hash(on_disk) != want[path]:
             return f"{path} on disk is not the wheel's (overwritten after install?)"
     return None
 
@@ -108,7 +102,7 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str) -> tupl
     return f"sglang {installed.sglang} does not depend on {dist_name}", None
 
 
-def _same_torch(built: str, have: str) -> bool:
+def same_torch(built: str, have: str) -> bool:
     """2.14.1 is 2.14.1+cu130: package metadata may drop the local label torch.__version__ keeps."""
     a, b = Version(built), Version(have)
     return a.public == b.public and (a.local == b.local or not a.local or not b.local)
@@ -143,7 +137,7 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, for
                  f"the recipe serves sglang {sglang.version} (built from {sglang.commit[:12]}: [serve] sglang = \"source\")")
         problems.append(f"{installed.python} has sglang {installed.sglang or '(none)'}, {wants}")
     built_torch = provenance.get("toolchain", {}).get("torch")
-    if built_torch and installed.torch and not _same_torch(built_torch, installed.torch):
+    if built_torch and installed.torch and not same_torch(built_torch, installed.torch):
         problems.append(f"{installed.python} has torch {installed.torch}; {wheel.name} was built against {built_torch}")
     result = Preflight(wheel.name, dist_name, version, installed.python, installed.sglang, installed.torch)
     if installed.sglang:

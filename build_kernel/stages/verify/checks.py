@@ -37,7 +37,7 @@ from build_kernel.stages.verify.rules import cover, rule_for, wanted
 
 # build_kernel's parent: on the probe's path after the wheel, for the GPU checks it ships.
 _TOOL_ROOT = Path(__file__).resolve().parents[3]
-_LIBRARY = re.compile(r"\.so(\.\d+)*$")
+LIBRARY = re.compile(r"\.so(\.\d+)*$")
 
 
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[str, str],
@@ -62,7 +62,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         tmp = Path(tmp_str)
         site = tmp / "site"
         libs, aliases = unpack(wheel, site, libraries_only=static)
-        _static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
+        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
         _cuda_linked(report, libs, want_cuda)
         _no_driver(report, wheel)
         if not static:
@@ -75,11 +75,11 @@ def unpack(wheel: Path, site: Path, *, libraries_only: bool) -> tuple[list[Path]
     """Extract (in parallel: zlib lets threads run); the unique libraries and their byte-identical aliases."""
     with zipfile.ZipFile(wheel) as zf:
         members = [i for i in zf.infolist() if not i.is_dir()]
-        wanted_members = [i for i in members if _LIBRARY.search(i.filename)] if libraries_only else members
+        wanted_members = [i for i in members if LIBRARY.search(i.filename)] if libraries_only else members
         firsts: dict[tuple[int, int], zipfile.ZipInfo] = {}
         aliases: dict[Path, list[str]] = {}
         for info in members:
-            if _LIBRARY.search(info.filename):
+            if LIBRARY.search(info.filename):
                 first = firsts.setdefault((info.CRC, info.file_size), info)
                 if first is not info:
                     aliases.setdefault(site / first.filename, []).append(info.filename)
@@ -119,7 +119,7 @@ def _library(so: Path, rel: str, found: cubins.Listing, spec: Verify, archs: tup
     return lib
 
 
-def _static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
+def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
                    archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path) -> None:
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool:

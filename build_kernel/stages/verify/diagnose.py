@@ -60,7 +60,7 @@ def cuda_majors(libs: Iterable[Path]) -> dict[str, str]:
     return found
 
 
-def _demangle(symbol: str) -> str:
+def demangle(symbol: str) -> str:
     out = process.probe(["c++filt", symbol], merge=False)
     return out.strip() if out and out.strip() else symbol
 
@@ -77,7 +77,7 @@ def explain(error: str, stack: Stack, *, wheel_torch: str | None = None, fix: st
     if undefined and _TORCH_SYMBOL.search(undefined.group(1)):
         built = f"torch {wheel_torch}" if wheel_torch else "another torch"
         here = f"torch {stack.torch}" if stack.torch else "no torch"
-        return (f"built against {built}, this stack has {here} (undefined symbol {_demangle(undefined.group(1))}): "
+        return (f"built against {built}, this stack has {here} (undefined symbol {demangle(undefined.group(1))}): "
                 f"{fix}")
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"

@@ -7,6 +7,7 @@ it instead of running them again, and publish/serve refuse a wheel without a pas
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
@@ -84,6 +85,11 @@ def sha256_digest(path: Path) -> bytes:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.digest()
+
+
+def record_hash(path: Path) -> str:
+    """A file's sha256 as a wheel's RECORD writes it: urlsafe base64, no padding."""
+    return base64.urlsafe_b64encode(sha256_digest(path)).rstrip(b"=").decode()
 
 
 def sha256_of(path: Path) -> str:
