@@ -4,8 +4,8 @@ For serving tests and GPU smoke runs where no hub is reachable. The tokenizer is
 with the `tokenizers` library on a few sentences (byte-level BPE, so any text encodes);
 the model is a few-layer Llama config with random bf16 weights saved by transformers, or,
 with `--train-steps N`, trained for N steps (float32 AdamW, then saved in bf16) on a fixed text
-so that greedy decoding is decisive: a random model's top-2 logits are near ties that any two
-implementations may break differently, a trained one's are not.
+(one fixed order, repeated) so that greedy decoding is decisive: a random model's top-2 logits are
+near ties that any two implementations may break differently, a trained one's are not.
 
     python bench/tiny_model.py OUT [--tokenizer-only] [--layers 2] [--hidden 256] [--seed 0]
                                [--train-steps 300] [--device cuda]
@@ -101,10 +101,10 @@ def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128)
 
     torch.manual_seed(seed)
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    ids: list[int] = []
-    for i in range(64):  # the sentences in a seeded order, again and again: a stream to learn
-        order = torch.randperm(len(TRAIN_TEXT), generator=torch.Generator().manual_seed(seed + i)).tolist()
-        ids += tok.encode(" ".join(TRAIN_TEXT[j] for j in order) + " ").ids
+    # One fixed order, repeated: every continuation is determined by what came before, so the
+    # trained model's greedy choice is decisive everywhere (a shuffled order leaves ties between
+    # the possible next sentences).
+    ids = tok.encode(" ".join(TRAIN_TEXT) + " ").ids * 64
     data = torch.tensor(ids, device=device)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), **dtype_kwarg(torch.float32)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
