@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from token_agreement import SENTENCES
 
 CORPUS = [
     "The capital of France is Paris.", "The quick brown fox jumps over the lazy dog.",
@@ -73,24 +77,9 @@ def make_weights(out: Path, seed: int, config: dict[str, object]) -> None:
     (out / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}, indent=2))
 
 
-# The fixed training text: the sentences token_agreement.py prompts with, and their pairs, so
-# the prompts it builds are in-distribution.
-TRAIN_TEXT = [
-    "The capital of France is Paris.", "The quick brown fox jumps over the lazy dog.",
-    "GPUs run kernels; kernels are compiled for an architecture.", "One, two, three, four, five, six, seven.",
-    "Serving a model means answering requests with generated tokens.",
-    "In the morning the market opens and the traders start to shout.",
-    "Water boils at one hundred degrees at sea level.",
-    "She read the letter twice before she put it back in the drawer.",
-    "A compiler turns source code into machine instructions.",
-    "The train to the north leaves every hour from platform four.",
-    "Rain fell on the roof all night, and the river rose.",
-    "Matrix multiplication is the heart of every transformer layer.",
-    "He planted tomatoes, beans and a row of sunflowers.",
-    "The library closes at eight, but the reading room stays open.",
-    "Light from the sun takes about eight minutes to reach the earth.",
-    "Please write a short story about a robot who learns to paint.",
-]
+# The fixed training text: the sentences token_agreement.py prompts with, so the prompts it
+# builds are in-distribution.
+TRAIN_TEXT = SENTENCES
 
 
 def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, float]:
