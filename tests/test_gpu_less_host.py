@@ -104,6 +104,8 @@ def test_a_misspelt_system_key_is_a_recipe_error(tmp_path: Path) -> None:
 
 # The driver link stub.
 
+ENV = {k: v for k, v in os.environ.items() if k != "LIBRARY_PATH"}  # the C compiler's; no link path of the caller's
+
 
 def _cuda_h() -> Path:
     home = toolchain.detect(sys.executable, os.environ).cuda_home
@@ -118,39 +120,66 @@ def test_no_libcuda_anywhere_gives_a_stub_of_every_header_entry_point(tmp_path: 
     toolkit = tmp_path / "toolkit"
     (toolkit / "include").mkdir(parents=True)
     shutil.copy(header, toolkit / "include" / "cuda.h")
-    link = driver_link.provide(tmp_path / "cache", [toolkit], {}, system_dirs=())
+    link = driver_link.provide(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
     stub = Path(link.defines[driver_link.DEFINE])
-    assert stub.name == "libcuda.so" and stub.resolve().name == "libcuda.so.1" and "linking a stub" in link.why
+    assert stub.name == "libcuda.so" and stub.resolve().name == "libcuda.so.1" and "linking a stub" in link.why[0]
     with stub.open("rb") as fh:
         elf = ELFFile(fh)
         soname = [t.soname for t in elf.get_section_by_name(".dynamic").iter_tags() if t.entry.d_tag == "DT_SONAME"]
         exported = {s.name for s in elf.get_section_by_name(".dynsym").iter_symbols() if s["st_shndx"] != "SHN_UNDEF"}
     assert soname == ["libcuda.so.1"]
     assert {"cuInit", "cuDriverGetVersion", "cuMemAlloc_v2", "cuLaunchKernel"} <= exported
+    # `-lcuda` (sgl-kernel links `cuda` by name) finds it on LIBRARY_PATH.
+    folder = Path(link.env["LIBRARY_PATH"])
+    assert (folder / "libcuda.so").resolve() == stub.resolve()
     # Made once, kept in the cache: a second build reuses it, nothing partial is left.
-    again = driver_link.provide(tmp_path / "cache", [toolkit], {}, system_dirs=())
-    assert again.defines == link.defines
-    assert [p.name for p in stub.parent.parent.iterdir() if ".partial-" in p.name] == []
+    again = driver_link.provide(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
+    assert again.defines == link.defines and again.env == link.env
+    assert [p for p in (tmp_path / "cache").rglob("*") if ".partial-" in p.name] == []
+
+
+def test_libraries_linked_by_name_come_from_torchs_cuda_wheels(tmp_path: Path) -> None:
+    # torch's nvidia wheels ship libcublas.so.13 without the unversioned name `-lcublas` looks for.
+    nvidia = tmp_path / "site" / "nvidia"
+    (nvidia / "cu13" / "lib").mkdir(parents=True)
+    for name in ("libcublas.so.13", "libcublasLt.so.13", "libnvrtc.so.13"):
+        (nvidia / "cu13" / "lib" / name).write_bytes(b"")
+    system = tmp_path / "sys"
+    system.mkdir()
+    (system / "libcuda.so").write_bytes(b"")
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "lib64").mkdir(parents=True)
+    (toolkit / "lib64" / "libnvrtc.so").write_bytes(b"")  # the toolkit's own wins
+    link = driver_link.provide(tmp_path / "cache", [toolkit], {}, env={"LIBRARY_PATH": "/opt/x"}, torch_nvidia=nvidia,
+                               system_dirs=(str(system),))
+    folder, rest = link.env["LIBRARY_PATH"].split(os.pathsep)
+    assert rest == "/opt/x" and link.defines == {}
+    assert sorted(p.name for p in Path(folder).iterdir()) == ["libcublas.so", "libcublasLt.so"]
+    assert (Path(folder) / "libcublas.so").resolve() == (nvidia / "cu13" / "lib" / "libcublas.so.13").resolve()
+    assert "cublas, cublasLt" in link.why[-1]
 
 
 def test_a_libcuda_the_link_finds_means_no_stub(tmp_path: Path) -> None:
     system = tmp_path / "lib"
     system.mkdir()
     (system / "libcuda.so").write_bytes(b"")
-    link = driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, system_dirs=(str(system),))
-    assert link.defines == {} and str(system / "libcuda.so") in link.why
+    link = driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=(str(system),))
+    assert link.defines == {} and link.env == {} and str(system / "libcuda.so") in link.why[0]
+    assert not (tmp_path / "cache").exists()
+    # The toolkit's stubs/ is off the linker's own path: `-lcuda` gets it through the link folder.
     stubs = tmp_path / "toolkit" / "lib64" / "stubs"
     stubs.mkdir(parents=True)
     (stubs / "libcuda.so").write_bytes(b"")
-    assert driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, system_dirs=()).defines == {}
-    given = driver_link.provide(tmp_path / "cache", [], {driver_link.DEFINE: "/opt/x/libcuda.so"}, system_dirs=())
-    assert given.defines == {} and "given" in given.why
-    assert not (tmp_path / "cache").exists()
+    found = driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=())
+    assert found.defines == {} and (Path(found.env["LIBRARY_PATH"]) / "libcuda.so").resolve() == (stubs / "libcuda.so")
+    given = driver_link.provide(tmp_path / "cache2", [], {driver_link.DEFINE: "/opt/x/libcuda.so"}, env={},
+                                system_dirs=())
+    assert given.defines == {} and given.env == {} and "given" in given.why[0]
 
 
 def test_no_libcuda_and_no_cuda_h_is_one_line_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as exc:
-        driver_link.provide(tmp_path / "cache", [tmp_path / "empty"], {}, system_dirs=())
+        driver_link.provide(tmp_path / "cache", [tmp_path / "empty"], {}, env=ENV, system_dirs=())
     text = exc.value.render()
     assert "\n" not in text and "no libcuda.so to link" in text and "CUDA_cuda_driver_LIBRARY" in text
     assert not (tmp_path / "cache" / "driver-stub").exists() or not any((tmp_path / "cache" / "driver-stub").iterdir())
@@ -159,7 +188,7 @@ def test_no_libcuda_and_no_cuda_h_is_one_line_with_the_fix(tmp_path: Path) -> No
 def test_demo_build_linked_the_driver_through_the_stub_and_ships_no_libcuda(demo_build: DemoBuild) -> None:
     if driver_stub.linkable([Path(p) for p in ("/usr/local/cuda",) if Path(p).is_dir()]):
         pytest.skip("this host has a libcuda.so to link: the stub is not used")
-    assert "linking a stub of the" in demo_build.output
+    assert "linking a stub of the" in demo_build.output and "linked by name from torch's CUDA wheels" in demo_build.output
     with zipfile.ZipFile(demo_build.wheel) as zf:
         names = zf.namelist()
         [comm] = [n for n in names if "comm_ops" in n]

@@ -73,7 +73,7 @@ def recipe(project: Path, upstream: Upstream) -> Path:
     copy_series(project, PATCHES, "v1")
     return write_recipe(project, "r", demo_recipe_text()
                         .replace('repo = "example:minikernel"', f'repo = "{upstream.url}"')
-                        .replace('commit = "3f268179ebb2b1697cb17c0be6307ceac5b52771"',
+                        .replace('commit = "45aacfd8c22851cb8a07c2f9a22799388d75fef0"',
                                  f'commit = "{upstream.shas["0.1.0"]}"')
                         .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
 

@@ -81,19 +81,23 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
         return hit
     _preflight(plan, selected)  # the host compiler matters only when compiling
     # After the key, as the launcher: what the link resolves the driver to is not in the wheel.
-    link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env))
-    log.info(link.why)
+    nvidia = Path(selected.facts.torch_nvidia_dir) if selected.facts.torch_nvidia_dir else None
+    link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
+                               torch_nvidia=nvidia)
+    for line in link.why:
+        log.info(line)
     session = compile_cache.open_session(plan, python, log_path)
     try:
         # After the key: a launcher changes how objects are made, not what they are.
         return _compile(plan, tree, python, selected, {**defines, **link.defines, **session.cmake_defines()}, key,
-                        log_path, force=force, launcher=session)
+                        log_path, force=force, launcher=session, link_env=link.env)
     finally:
         session.close()
 
 
 def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
-             log_path: Path, *, force: bool, launcher: compile_cache.Session | None = None) -> BuildResult:
+             log_path: Path, *, force: bool, launcher: compile_cache.Session | None = None,
+             link_env: Mapping[str, str] | None = None) -> BuildResult:
     work = plan.cache_dir / "build" / key
     if force:
         # The sources are copied with their timestamps: only a fresh build folder recompiles.
@@ -119,7 +123,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         fh.write(f"# build-kernel {plan.recipe.name} key {key} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n"
                  f"# {plan.jobs.derivation}\n# {sched.why}\n")
     started, t0, cpu0 = dt.datetime.now(dt.timezone.utc), time.monotonic(), _children_cpu()
-    cache_env = launcher.env if launcher else None
+    cache_env = {**(link_env or {}), **(launcher.env if launcher else {})}
     with scheduling.running(sched) as sched_env:
         attempts = runner.build_with_retries(
             cmd, lambda jobs: {**compile_env(plan, selected, tree, jobs, cache_env), **sched_env}, cwd=work,
