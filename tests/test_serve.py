@@ -342,8 +342,14 @@ def test_ctrl_c_stops_a_foreground_server_cleanly(serve_env: ServeEnv, tmp_path:
     recipe, pids = _double_recipe(serve_env, tmp_path)
     cmd = [sys.executable, "-m", "build_kernel", "serve", "--recipe", str(recipe), "--cache-dir",
            str(serve_env.build.cache), "--output-dir", str(serve_env.out), "--launch"]
-    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                             env={**os.environ, "NO_COLOR": "1"})
+    # A shell without job control starts background jobs with SIGINT ignored, which exec keeps;
+    # a handler here is reset to the default in the child, as under a terminal's Ctrl-C.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+                                 env={**os.environ, "NO_COLOR": "1"})
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert child.stderr is not None
     for line in child.stderr:
         if "(Ctrl-C stops it)" in line:
