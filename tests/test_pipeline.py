@@ -61,3 +61,14 @@ def test_whole_pipeline_json_then_again_from_the_caches(demo_build: DemoBuild, p
     rechecked = run_cli(*args, "--offline", "--recheck")
     assert rechecked.returncode == 0, rechecked.stderr
     assert not json.loads(rechecked.stdout)["stages"]["verify"]["from_record"]
+
+
+def test_the_summary_table_shows_statuses_as_text_not_markup() -> None:
+    from rich.console import Console
+
+    from build_kernel.pipeline import render
+
+    console = Console(width=120, record=True)
+    console.print(render({"recipe": "demo", "wheel": "w.whl",
+                          "stages": {"serve": {"status": "no [serve] model in the recipe", "seconds": 0.0}}}))
+    assert "no [serve] model in the recipe" in console.export_text()
