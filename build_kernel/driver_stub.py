@@ -45,9 +45,14 @@ def _needed(so: Path) -> list[str]:
     return []
 
 
+def is_driver(name: str) -> bool:
+    """`libcuda.so`, `libcuda.so.1`, ...: a file or soname of the CUDA driver."""
+    return name.startswith("libcuda.so")
+
+
 def needs_driver(libs: list[Path]) -> list[Path]:
     """The libraries that link libcuda."""
-    return [so for so in libs if any(n.startswith("libcuda.so") for n in _needed(so))]
+    return [so for so in libs if any(is_driver(n) for n in _needed(so))]
 
 
 def driver_symbols(libs: list[Path]) -> list[str]:
@@ -128,17 +133,20 @@ def find_header(roots: list[Path]) -> Path | None:
     return None
 
 
+def find_library(name: str, roots: list[Path], system_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> Path | None:
+    """`<name>.so` (e.g. `libcuda`) where the build's link would find it: a toolkit's lib folders
+    (stubs included), then the system's."""
+    for root in roots:
+        for folder in (root / "lib64", root / "lib", root / "lib64/stubs", root / "lib/stubs",
+                       *sorted(root.glob("targets/*/lib/stubs"))):
+            if (folder / f"{name}.so").exists():
+                return folder / f"{name}.so"
+    return next((Path(d) / f"{name}.so" for d in system_dirs if (Path(d) / f"{name}.so").exists()), None)
+
+
 def linkable(roots: list[Path], system_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> Path | None:
     """A `libcuda.so` the build's link would find: the toolkit's (stubs included) or the driver's."""
-    for root in roots:
-        for folder in ("lib64", "lib", "lib64/stubs", "lib/stubs", *(str(p.relative_to(root)) for p in
-                                                                     sorted(root.glob("targets/*/lib/stubs")))):
-            if (root / folder / "libcuda.so").exists():
-                return root / folder / "libcuda.so"
-    for folder in system_dirs:
-        if (Path(folder) / "libcuda.so").exists():
-            return Path(folder) / "libcuda.so"
-    return None
+    return find_library("libcuda", roots, system_dirs)
 
 
 def link_stub(cuda_h: Path, folder: Path, cc: str = "cc", env: Mapping[str, str] | None = None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,11 +42,6 @@ class Link:
     why: tuple[str, ...] = ()
 
 
-def _has_unversioned(name: str, roots: list[Path], system_dirs: tuple[str, ...]) -> bool:
-    folders = [r / d for r in roots for d in ("lib64", "lib", "lib64/stubs", "lib/stubs")] + [Path(d) for d in system_dirs]
-    return any((f / f"{name}.so").exists() for f in folders)
-
-
 def by_name(torch_nvidia: Path | None, roots: list[Path], system_dirs: tuple[str, ...]) -> dict[str, Path]:
     """`libX.so` -> torch's `libX.so.N` for each library only torch's CUDA wheels have, by soname."""
     if torch_nvidia is None or not torch_nvidia.is_dir():
@@ -54,9 +49,20 @@ def by_name(torch_nvidia: Path | None, roots: list[Path], system_dirs: tuple[str
     found: dict[str, Path] = {}
     for lib in sorted(torch_nvidia.glob("*/lib/lib*.so.*")):
         m = _VERSIONED.match(lib.name)
-        if m and m.group(1) not in found and not _has_unversioned(m.group(1), roots, system_dirs):
+        if m and m.group(1) not in found and not driver_stub.find_library(m.group(1), roots, system_dirs):
             found[m.group(1)] = lib.resolve()
     return found
+
+
+def _cached(final: Path, fill: Callable[[Path], object]) -> Path:
+    """`final`, filled once by `fill` (under its lock, atomically: a killed fill leaves nothing)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if not final.is_dir():
+            atomic.sweep(final)
+            with atomic.folder(final) as tmp:
+                fill(tmp)
+    return final
 
 
 def _driver(cache_dir: Path, roots: list[Path], env: Mapping[str, str] | None) -> tuple[Path, str]:
@@ -66,13 +72,8 @@ def _driver(cache_dir: Path, roots: list[Path], env: Mapping[str, str] | None) -
         raise ToolchainError(f"no libcuda.so to link (no driver, no toolkit stub) and no cuda.h to make one in {where}",
                              hint="install the toolkit's cuda-driver-dev package (e.g. apt-get install cuda-driver-dev-13-0) "
                                   f"or pass -D{DEFINE}=/path/to/libcuda.so in [build.defines]")
-    final = cache_dir / "driver-stub" / hashlib.sha256(header.read_bytes()).hexdigest()[:16]
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if not (final / "libcuda.so").exists():
-            atomic.sweep(final)
-            with atomic.folder(final) as tmp:
-                driver_stub.link_stub(header, tmp, env=env, error=ToolchainError)
+    final = _cached(cache_dir / "driver-stub" / hashlib.sha256(header.read_bytes()).hexdigest()[:16],
+                    lambda tmp: driver_stub.link_stub(header, tmp, env=env, error=ToolchainError))
     count = len(driver_stub.header_symbols(header))
     return final / "libcuda.so", (f"no libcuda.so on this host (no driver, no toolkit stub): linking a stub of the "
                                   f"{count} entry points of {header} ({final}); the wheel loads the real driver where it runs")
@@ -80,16 +81,12 @@ def _driver(cache_dir: Path, roots: list[Path], env: Mapping[str, str] | None) -
 
 def _folder(cache_dir: Path, links: dict[str, Path]) -> Path:
     """A cached folder of `libX.so` symlinks, named by what they point at."""
+    def fill(tmp: Path) -> None:
+        for name, target in sorted(links.items()):
+            (tmp / f"{name}.so").symlink_to(target)
+
     digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(links.items())).encode()).hexdigest()[:16]
-    final = cache_dir / "link" / digest
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if not final.is_dir():
-            atomic.sweep(final)
-            with atomic.folder(final) as tmp:
-                for name, target in sorted(links.items()):
-                    (tmp / f"{name}.so").symlink_to(target)
-    return final
+    return _cached(cache_dir / "link" / digest, fill)
 
 
 def provide(cache_dir: Path, toolkit_roots: list[Path], defines: Mapping[str, str],

@@ -9,12 +9,11 @@ and the package that provides it.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from build_kernel import process
 from build_kernel.recipe.model import SystemDep
 
 
@@ -40,17 +39,14 @@ class Status:
 
 
 def _has_header(cc: str, header: str, env: Mapping[str, str]) -> bool:
-    done = subprocess.run([cc, "-xc", "-E", "-o", "/dev/null", "-"], input=f"#include <{header}>\n", text=True,
-                          capture_output=True, env=dict(env), timeout=60, check=False)
-    return done.returncode == 0
+    return process.probe([cc, "-xc", "-E", "-o", "/dev/null", "-"], env=env, stdin=f"#include <{header}>\n") is not None
 
 
 def _has_library(cc: str, name: str, env: Mapping[str, str]) -> bool:
     for file in (f"lib{name}.so", f"lib{name}.a"):
-        done = subprocess.run([cc, f"-print-file-name={file}"], text=True, capture_output=True, env=dict(env),
-                              timeout=60, check=False)
         # Not found, the compiler prints the bare name back.
-        if done.returncode == 0 and Path(done.stdout.strip()).is_absolute() and Path(done.stdout.strip()).exists():
+        found = Path((process.probe([cc, f"-print-file-name={file}"], env=env, merge=False) or "").strip())
+        if found.is_absolute() and found.exists():
             return True
     return False
 
@@ -60,7 +56,7 @@ def check(deps: tuple[SystemDep, ...], env: Mapping[str, str], cc: str | None = 
     if not deps:
         return []
     compiler = cc or env.get("CC") or "cc"
-    if not shutil.which(compiler, path=env.get("PATH")):
+    if not process.which(compiler, path=env.get("PATH")):
         return [Status(d, (f"a C compiler ({compiler}) to look for it",)) for d in deps]
     return [Status(d, tuple([h for h in d.headers if not _has_header(compiler, h, env)]
                             + [f"lib{n}" for n in d.libraries if not _has_library(compiler, n, env)]))

@@ -144,7 +144,7 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
 def _no_driver(report: Report, wheel: Path) -> None:
     """A libcuda in the wheel (a build's link stub, a bundled driver) would shadow the GPU's own driver."""
     with zipfile.ZipFile(wheel) as zf:
-        carried = [n for n in zf.namelist() if Path(n).name.startswith(driver_stub.SONAME.split(".so")[0] + ".so")]
+        carried = [n for n in zf.namelist() if driver_stub.is_driver(Path(n).name)]
     if carried:
         report.failures.append(f"the wheel carries {', '.join(carried)}: a CUDA driver library must come from the GPU's "
                                "driver, never the wheel (rebuild; a link stub belongs outside the install tree)")
