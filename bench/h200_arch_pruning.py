@@ -14,8 +14,9 @@ log and `rc`) and writes one JSON file. Nothing in it is typed by hand:
   bench/data (7-arch / 12.0a-only CPU ratio, median over the profiled TUs) times this
   run's 12.0a CPU, times two libraries (FA3 and FlashMLA left out: a low estimate).
 
-    python bench/h200_arch_pruning.py bench/raw/h200-2026-12-01/a-raw.tar.gz [b-raw.tar.gz ...] \
-        [--proof proof.json] [--out bench/results/h200-arch-pruning.json]
+    python bench/h200_arch_pruning.py bench/raw/h200-2026-12-01/{a1,b,a2}-raw.tar.gz \
+        bench/raw/h200-2026-12-02/{u,p,c}-raw.tar.gz --baseline u \
+        --proof bench/raw/h200-2026-12-02/prune-proof-p-vs-u.json [--out bench/results/h200-arch-pruning.json]
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def run_figures(path: Path) -> dict[str, Any]:
         mem = member(tar, "-mem.txt")
         err = (member(tar, "-build.err") or b"").decode()
         host = (member(tar, "-host.txt") or b"").decode()
+        cg_peak, cg_events, cg_before = (member(tar, s) for s in ("-memory.peak", "-memory.events", "-cgroup-before.txt"))
     assert log and db and mem, f"{path}: the raw outputs are incomplete"
     cores = int(host.split()[0]) if host.split() and host.split()[0].isdigit() else CORES
     edges = ninja_edges(log.decode())
@@ -97,7 +99,8 @@ def run_figures(path: Path) -> dict[str, Any]:
     step = re.search(r"[✓✕] build .*? \(([\d.]+) s\)", err)
     heaviest = sorted(rows, key=lambda r: -r["wall_s"])[:5]
     starts = {e[2]: e[0] for e in edges}
-    return {
+    progress = re.findall(r"\[(\d+)/(\d+)\]", err)
+    out: dict[str, Any] = {
         "raw": path.name,
         "built": "✓ build" in err,
         "tool_build_step_s": float(step.group(1)) if step else None,
@@ -114,7 +117,26 @@ def run_figures(path: Path) -> dict[str, Any]:
         "heaviest": [{"source": r["source"], "wall_s": round(r["wall_s"], 1),
                       "started_at_s": next((round(s, 1) for o, s in starts.items() if o.endswith(r["source"] + ".o")), None),
                       "peak_gb": round(r["tree_peak_mb"] / 1024, 1)} for r in heaviest],
+        # Compiles at once: the most, and the mean over the span (edge seconds / span).
+        "concurrency": {"max": max_overlap(edges), "mean": round(sum(e[1] - e[0] for e in edges) / span, 1)},
+        "edges_of_build": int(progress[-1][1]) if progress else None,
     }
+    if cg_before and cg_peak and cg_events:
+        # The kernel's own counters of the memory cgroup the run was capped by (run c).
+        limit = re.search(r"memory\.max: (\d+)", cg_before.decode())
+        events = dict(line.split() for line in cg_events.decode().splitlines() if line.strip())
+        out["cgroup"] = {"memory_max_gib": round(int(limit.group(1)) / 2**30, 1) if limit else None,
+                         "memory_peak_gib": round(int(cg_peak) / 2**30, 1), "oom_kill": int(events["oom_kill"])}
+    return out
+
+
+def max_overlap(edges: list[tuple[float, float, str]]) -> int:
+    points = sorted([(s, 1) for s, _, _ in edges] + [(e, -1) for _, e, _ in edges])
+    now = most = 0
+    for _, step in points:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def main() -> None:
@@ -133,8 +155,10 @@ def main() -> None:
         upstream_cpu = runs[base]["compiler_cpu_s"] * factor * 2
         result["upstream_estimate"]["compiler_cpu_s"] = round(upstream_cpu)
         for label, r in runs.items():
+            if not r["built"]:
+                continue  # a build cut off by the call's limit: its CPU is a part, not the whole
             r["cpu_ratio_upstream_to_this"] = round(upstream_cpu / r["compiler_cpu_s"], 1)
-            if label != base and r["built"]:
+            if label != base:
                 a = runs[base]
                 r["vs_a"] = {k: round(a[k] / r[k], 2) for k in ("ninja_wall_s", "compiler_cpu_s", "peak_gb") if r[k]}
     result["proofs"] = {p.name: json.loads(p.read_text()) for p in args.proof}

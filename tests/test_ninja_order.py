@@ -190,6 +190,29 @@ def test_plan_says_what_orders_the_compiles(project: Path, tmp_path: Path) -> No
                        "first": [{"source": "csrc/heavy.cu", "seconds": 40.0}, {"source": "csrc/light.cu", "seconds": 3.0}]}
     profile.insert(cache / "profile.sqlite", [profile.Compile(0.0, "csrc/x.cu", "", "nvcc", "d", "sm_120a", 1, 7.0, 7.0,
                                                               7.0, 0.0, 100.0, 100.0, 1, 0, 0, 0, 0, "/")])
-    assert order() == {"source": "recorded profile", "file": None, "first": [{"source": "csrc/x.cu", "seconds": 7.0}]}
+    # A source of another project (a cache shared by recipes) does not set the shipped profile aside ...
+    assert order()["source"] == "shipped profile"
+
+    def record(source: str, wall: float) -> None:
+        profile.insert(cache / "profile.sqlite", [profile.Compile(0.0, source, "", "nvcc", "d", "sm_120a", 1, wall,
+                                                                  wall, wall, 0.0, 100.0, 100.0, 1, 0, 0, 0, 0, "/")])
+
+    record("csrc/heavy.cu", 30.0)
+    assert order()["source"] == "shipped profile"  # ... nor does knowing one of its two sources
+    record("csrc/light.cu", 2.0)  # once this machine has measured them all, its own times order the build
+    assert order() == {"source": "recorded profile", "file": None,
+                       "first": [{"source": "csrc/heavy.cu", "seconds": 30.0}, {"source": "csrc/x.cu", "seconds": 7.0},
+                                 {"source": "csrc/light.cu", "seconds": 2.0}]}
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
-    assert "longest first by the recorded profile: csrc/x.cu 7 s" in text
+    assert "longest first by the recorded profile: csrc/heavy.cu 30 s" in text
+
+
+def test_the_profile_that_knows_more_edges_orders_the_build() -> None:
+    edges = {f"o/{n}.o": (f"csrc/{n}.cu", "d") for n in ("a", "b", "common")}
+    data = {"recorded": {"exact": {}, "any": {"csrc/common.cu": 16.0}}, "shipped": {"csrc/a.cu": 300.0, "csrc/b.cu": 9.0}}
+    # One source of the same name recorded for another project: the shipped profile still orders it.
+    assert ninja_order.choose(edges, data) == (ninja_order.SHIPPED, {"o/a.o": 300.0, "o/b.o": 9.0, "o/common.o": None})
+    data["recorded"]["any"] |= {"csrc/a.cu": 200.0}  # a tie: this machine's own times win
+    assert ninja_order.choose(edges, data)[0] == ninja_order.RECORDED
+    assert ninja_order.choose(edges, {"recorded": {"exact": {}, "any": {}}, "shipped": {}}) == (
+        ninja_order.NONE, dict.fromkeys(edges))

@@ -40,6 +40,27 @@ def test_plan_tus_profile_or_default_and_heaviest_first(tmp_path: Path) -> None:
     assert "14.2 GB, 210 s (profile, 2 run(s))" in heavy.describe()
 
 
+def test_shipped_peaks_predict_what_this_machine_has_not_compiled(project: Path, tmp_path: Path) -> None:
+    db = tmp_path / "profile.sqlite"
+    profile.insert(db, [_row("csrc/light.cu", 2000, 50)])
+    shipped = {"csrc/light.cu": (40.0, 9.0), "csrc/heavy.cu": (300.0, 14.0)}
+    tus = {t.source: t for t in planner.plan_tus(db, 4 * GiB, shipped=shipped)}
+    # This machine's own run wins; the shipped profile's peak covers the TU it has not compiled yet.
+    assert (tus["csrc/light.cu"].how, tus["csrc/light.cu"].peak_bytes) == ("profile", int(2000 * MiB))
+    assert (tus["csrc/heavy.cu"].how, tus["csrc/heavy.cu"].peak_bytes, tus["csrc/heavy.cu"].wall_s) == (
+        "shipped profile", 14 * GiB, 300.0)
+    # Through a recipe: the order profile's peak_gb column reaches the governor and `plan`.
+    copy_series(project, PATCHES, "v1")
+    (project / "recipes" / "r.profile.csv").write_text("# measured\nsource,seconds,peak_gb\ncsrc/activation.cu,30,6.5\n"
+                                                      "csrc/comm/comm.cu,2,\n")
+    path = write_recipe(project, "r", demo_recipe_text(extra_build='order_profile = "r.profile.csv"\n'))
+    plan = resolve(recipe.load(str(path)), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    assert scheduling.shipped_tus(plan) == {"csrc/activation.cu": (30.0, 6.5)}  # a row without a peak gives none
+    chosen = scheduling.choose(plan, "1.13.2", tmp_path / "work")
+    assert chosen.governor is not None and chosen.governor.predictions["csrc/activation.cu"] == int(6.5 * GiB)
+    assert "0 TU(s) predicted from the profile, 1 from the shipped profile" in chosen.why
+
+
 def test_eta_from_recorded_times() -> None:
     tus = [planner.TU("a.cu", GiB, 100.0, "profile", 1), planner.TU("b.cu", GiB, 30.0, "profile", 1),
            planner.TU("c.cu", GiB, 30.0, "profile", 1), planner.TU("d.cu", GiB, None, "default", 0)]

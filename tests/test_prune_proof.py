@@ -124,3 +124,17 @@ def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild
                               "library (first: ")
     first = lib.differing[0].first
     assert first.startswith("instruction ") and ": pruned `" in first and "unpruned `" in first
+
+
+def test_nvcc_compilation_tags_are_normalised_in_names() -> None:
+    # Real names of the 12.0a pair (gguf_kernel.cu is not pruned, yet its tags differ between the builds).
+    pruned = ("_Z13mul_mat_vec_qIN3c104HalfELi256ELi16E10block_q2_KLi1EXadL_ZN45_INTERNAL_02384fa1_14_gguf_"
+              "kernel_cu_cd24131917vec_dot_q2_K_q8_1EPKvPK10block_q8_1RKiEEEvS5_S5_PT_iii")
+    unpruned = pruned.replace("02384fa1", "9c1e77d0").replace("cd241319", "5a0b2e4f")
+    assert prune_proof.untag(pruned) == prune_proof.untag(unpruned)
+    assert "_INTERNAL_~_14_gguf_kernel_cu_~17vec_dot_q2_K_q8_1" in prune_proof.untag(pruned)
+    # Another file's kernel of the same name stays another function; anonymous namespaces as before.
+    other = pruned.replace("45_INTERNAL_02384fa1_14_gguf_kernel_cu", "45_INTERNAL_02384fa1_14_gguf_kernel_cx")
+    assert prune_proof.untag(other) != prune_proof.untag(pruned)
+    assert prune_proof.untag("_ZN18_GLOBAL__N__93fb1d96_1kEv") == "_ZN18_GLOBAL__N__~_1kEv"
+    assert prune_proof.untag("no tags here") == "no tags here"

@@ -75,7 +75,7 @@ def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
     from build_kernel.stages.build import jobserver, ninja_order, planner, scheduling
 
     default = scheduling.default_bytes(p)
-    tus = planner.plan_tus(scheduling.db_path(p), default)
+    tus = planner.plan_tus(scheduling.db_path(p), default, shipped=scheduling.shipped_tus(p))
     name, where = scheduling.setting(p)
     effect = name if name != "auto" else "governor" if jobserver.supports_jobserver(ninja_version) else "static"
     shipped = Path(p.recipe.build.order_profile) if p.recipe.build.order_profile else None

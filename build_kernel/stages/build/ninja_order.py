@@ -24,8 +24,9 @@ edges changes. Written beside and renamed over, with build.ninja's mtime kept (n
 regeneration check and CMake's restat see the file as CMake left it); idempotent.
 
 Predictions (`predictions`, by the tool before each build): the recorded profile (its
-nearest-rank p90 wall, by source and flags digest, else by source), else the recipe's
-shipped `order_profile` CSV (`source`, `seconds`). One or the other for a whole build, never
+nearest-rank p90 wall, by source and flags digest, else by source) or the recipe's
+shipped `order_profile` CSV (`source`, `seconds`), whichever knows more of the build's
+edges (the recorded one on a tie). One or the other for a whole build, never
 mixed: times measured on another machine do not compare with times recorded here.
 """
 
@@ -145,13 +146,17 @@ def compiles(folder: str, ninja: str, data: Mapping[str, Any]) -> dict[str, tupl
 
 
 def choose(edges: Mapping[str, tuple[str, str]], data: Mapping[str, Any]) -> tuple[str, dict[str, float | None]]:
-    """Which profile orders this build (the recorded one where it knows any edge), and each edge's seconds."""
+    """Which profile orders this build (the one that knows more of its edges; the recorded one on a tie),
+    and each edge's seconds. More, not any: a cache shared by several projects records sources of the
+    same name (csrc/common_extension.cc), and one such hit must not set a shipped profile aside."""
     exact, anyflags, shipped = data["recorded"]["exact"], data["recorded"]["any"], data["shipped"]
     recorded = {out: exact.get(f"{src}\t{digest}", anyflags.get(src)) for out, (src, digest) in edges.items()}
-    if any(s is not None for s in recorded.values()):
-        return RECORDED, recorded
     from_file = {out: shipped.get(src) for out, (src, _) in edges.items()}
-    if any(s is not None for s in from_file.values()):
+    known_recorded = sum(s is not None for s in recorded.values())
+    known_shipped = sum(s is not None for s in from_file.values())
+    if known_recorded and known_recorded >= known_shipped:
+        return RECORDED, recorded
+    if known_shipped:
         return SHIPPED, from_file
     return NONE, dict.fromkeys(edges)
 
@@ -244,6 +249,21 @@ def read_shipped(path: str | os.PathLike[str]) -> dict[str, float]:
     return out
 
 
+def read_shipped_peaks(path: str | os.PathLike[str]) -> dict[str, float]:
+    """source -> peak GB of a shipped profile's optional `peak_gb` column (rows without one left out)."""
+    with open(path, newline="") as fh:
+        rows = csv.DictReader(line for line in fh if not line.startswith("#"))
+        out: dict[str, float] = {}
+        for row in rows:
+            try:
+                peak = float(row.get("peak_gb") or "")
+            except ValueError:
+                continue
+            if row.get("source") and math.isfinite(peak) and peak > 0:
+                out[row["source"]] = peak
+    return out
+
+
 def predictions(db: Path, shipped: Path | None, strip: Sequence[Path]) -> dict[str, Any]:
     """What the wrapper orders by: the recorded profile's p90 wall per (source, digest) and per source, the
     shipped file's; `strip`: the recorder's --strip roots (the source tree first), to name sources as it does."""
@@ -269,8 +289,12 @@ def predictions(db: Path, shipped: Path | None, strip: Sequence[Path]) -> dict[s
 
 
 def preview(data: Mapping[str, Any], n: int = 5) -> dict[str, Any]:
-    """What `plan` shows: the profile that would order the build, and its longest TUs."""
+    """What `plan` shows: the profile that would order the build, and its longest TUs. Before configure
+    the edges are unknown; a shipped profile names the project's sources, so the recorded one wins only
+    where it knows all of them."""
     recorded, shipped = data["recorded"]["any"], data["shipped"]
+    if shipped and sum(s in recorded for s in shipped) < len(shipped):
+        recorded = {}  # as `choose` would: the shipped profile knows more of the project's sources
     which, table = (RECORDED, recorded) if recorded else (SHIPPED, shipped) if shipped else (NONE, {})
     first = sorted(table.items(), key=lambda kv: -kv[1])[:n]
     return {"source": which, "file": data["shipped_file"] if which == SHIPPED else None,

@@ -1,14 +1,15 @@
 """Per-TU predictions for the governor, `plan` and the progress bar, from the recorded profile.
 
 A TU's memory is the profile's high percentile of its tree peaks (profile.estimate) when it
-has been compiled before, the recipe's `job_memory_gb` (× archs in flight) otherwise; each
-prediction says which. The ETA of a build is the recorded time of what is left, spread
+has been compiled before, else the peak the recipe's shipped profile measured (`peak_gb` of
+`[build] order_profile`: a first build on a small machine packs by real sizes, not by the
+default), else the recipe's `job_memory_gb` (× archs in flight); each prediction says which. The ETA of a build is the recorded time of what is left, spread
 over the jobs, but never less than the longest TU still to finish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ class TU:
     source: str
     peak_bytes: int
     wall_s: float | None
-    how: str  # "profile", "profile (other flags)", "default"
+    how: str  # "profile", "profile (other flags)", "shipped profile", "default"
     runs: int
 
     def describe(self) -> str:
@@ -40,14 +41,24 @@ def known_sources(recorded: Sequence[profile.Compile]) -> list[tuple[str, str]]:
     return list(latest.items())
 
 
-def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | None]] | None = None) -> list[TU]:
-    """A prediction per TU: the given (source, flags digest) pairs, or every TU the profile knows."""
+def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | None]] | None = None,
+             shipped: Mapping[str, tuple[float | None, float]] | None = None) -> list[TU]:
+    """A prediction per TU: the given (source, flags digest) pairs, or every TU the profile or the
+    shipped profile (`shipped`: source -> (seconds, peak GB)) knows."""
     recorded = profile.rows(db)
-    wanted = list(sources) if sources is not None else known_sources(recorded)
+    shipped = shipped or {}
+    wanted: list[tuple[str, str | None]] = list(sources) if sources is not None else list(known_sources(recorded))
+    if sources is None:
+        seen = {source for source, _ in wanted}
+        wanted += [(source, None) for source in shipped if source not in seen]
     out = []
     for source, digest in wanted:
         est = profile.estimate(recorded, source, digest, default_mb=default_bytes / MiB)
-        out.append(TU(source, int(est.peak_mb * MiB), est.wall_s, est.source, est.runs))
+        if est.source == "default" and source in shipped:
+            seconds, peak_gb = shipped[source]
+            out.append(TU(source, int(peak_gb * 1024**3), seconds, "shipped profile", 0))
+        else:
+            out.append(TU(source, int(est.peak_mb * MiB), est.wall_s, est.source, est.runs))
     return out
 
 

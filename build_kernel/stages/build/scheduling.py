@@ -57,6 +57,15 @@ def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, s
     return out
 
 
+def shipped_tus(plan: Plan) -> dict[str, tuple[float | None, float]]:
+    """source -> (seconds, peak GB) of the recipe's shipped profile, for the TUs it gives a peak."""
+    path = plan.recipe.build.order_profile
+    if not path:
+        return {}
+    seconds = ninja_order.read_shipped(path)
+    return {source: (seconds.get(source), peak) for source, peak in ninja_order.read_shipped_peaks(path).items()}
+
+
 def make_program(plan: Plan, python: str, ninja: str | None, work: Path, src: Path,
                  defines: Mapping[str, str]) -> dict[str, str]:
     """`defines` with CMAKE_MAKE_PROGRAM = ninja_order's script in front of the recipe's make program or `ninja`."""
@@ -100,7 +109,7 @@ def choose(plan: Plan, ninja_version: str | None, work: Path) -> Scheduling:
     if name not in SCHEDULERS:
         # The recipe's value was checked at load: this is the environment's.
         raise RecipeError([f"{where}: scheduler {name!r} is not one of {', '.join(SCHEDULERS)} (e.g. {ENV}=governor)"])
-    tus = planner.plan_tus(db_path(plan), default_bytes(plan))
+    tus = planner.plan_tus(db_path(plan), default_bytes(plan), shipped=shipped_tus(plan))
     if name == "static":
         return Scheduling(None, tus, plan.jobs.derivation)
     if not jobserver.supports_jobserver(ninja_version):
@@ -120,10 +129,12 @@ def choose(plan: Plan, ninja_version: str | None, work: Path) -> Scheduling:
     gov = governor(work / "jobserver", budget=budget, predictions={t.source: t.peak_bytes for t in tus},
                    default=default_bytes(plan), max_jobs=ceiling, available=lambda: probe().memory_bytes,
                    reserve=reserve)
-    known = sum(1 for t in tus if t.how != "default")
+    known = sum(1 for t in tus if t.how.startswith("profile"))
+    from_shipped = sum(1 for t in tus if t.how == "shipped profile")
     why = (f"governor: jobserver FIFO, a compile starts while free memory ({plan.resources.memory_why}) - "
            f"{plan.recipe.build.reserve_gb:g} GB covers the predicted peaks, at most {ceiling} at once; {known} TU(s) "
-           f"predicted from the profile, others {default_bytes(plan) / GB:g} GB (default)"
+           f"predicted from the profile, {from_shipped} from the shipped profile, others "
+           f"{default_bytes(plan) / GB:g} GB (default)"
            + (f" (scheduler auto: ninja {ninja_version} is a jobserver client)" if name == "auto" else ""))
     return Scheduling(gov, tus, why)
 

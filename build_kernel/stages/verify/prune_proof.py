@@ -39,6 +39,9 @@ from build_kernel.stages.verify.checks import unpack
 # - nvcc's per-compilation tag in anonymous-namespace names, `_GLOBAL__N__93fb1d96_` ->
 #   `_GLOBAL__N__~_`: it differs between two compiles of one file (seen: the miniature's
 #   pruned and unpruned builds), so every kernel in an anonymous namespace would look missing.
+# - nvcc's per-compilation tag in internal-linkage names, `_INTERNAL_02384fa1_14_gguf_kernel_cu_cd241319`
+#   -> `_INTERNAL_~_14_gguf_kernel_cu_~`: the same kind of tag (seen: the real 12.0a pair, 129 gguf
+#   and other `static` kernels of unpruned files looked missing);
 # Branch targets (`BRA 0x180`) are kept: cuobjdump prints them relative to the function's own
 # section, so identical code has identical targets and a changed jump is a real difference.
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*(?:/\* 0x[0-9a-f]+ \*/)?\s*$")
@@ -48,6 +51,26 @@ _BANK = re.compile(r"c\[0x([0-9a-f]+)\]\[[^\]]*\]")
 _CALL = re.compile(r"^((?:@!?U?P\w+\s+)?CALL\.\S+)\s+0x[0-9a-f]+")
 _RELOC = re.compile(r"(32@(?:lo|hi))\([^)]*\)")
 _ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+# `_INTERNAL_<tag>_<n>_<file name, n characters>_<8-hex tag>`; the file name's length is read, since
+# the next mangled name starts with digits a greedy hex match would take.
+_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_(\d+)_")
+_INTERNAL_TAIL = re.compile(r"_[0-9a-f]{8}")
+
+
+def untag(name: str) -> str:
+    """A name with nvcc's per-compilation tags replaced by `~` (anonymous namespaces, internal linkage)."""
+    name = _ANON.sub("_GLOBAL__N__~_", name)
+    out, pos = [], 0
+    for m in _INTERNAL.finditer(name):
+        if m.start() < pos:
+            continue
+        end = m.end() + int(m.group(1))
+        tail = _INTERNAL_TAIL.match(name, end)
+        if tail is None:
+            continue
+        out += [name[pos:m.start()], f"_INTERNAL_~_{m.group(1)}_{name[m.end():end]}_~"]
+        pos = tail.end()
+    return "".join(out) + name[pos:]
 
 
 def _bank(m: re.Match[str]) -> str:
@@ -58,7 +81,7 @@ def normalise(instruction: str) -> str:
     text = instruction.rstrip(" ;")
     text = _BANK.sub(_bank, text)
     text = _CALL.sub(r"\1 ~", text)
-    return _ANON.sub("_GLOBAL__N__~_", _RELOC.sub(r"\1(~)", text))
+    return untag(_RELOC.sub(r"\1(~)", text))
 
 
 @dataclass(frozen=True)
@@ -110,7 +133,7 @@ def parse(lines: Iterable[str], patterns: tuple[str, ...]) -> Disassembly:
                 body.append(normalise(m.group(1)))
         elif (m := _FUNCTION.match(line)) is not None:
             close()
-            name, body = _ANON.sub("_GLOBAL__N__~_", m.group(1)), []
+            name, body = untag(m.group(1)), []
         elif (m := _ARCH.match(line)) is not None:
             close()
             name, body, arch = "", [], m.group(1)
