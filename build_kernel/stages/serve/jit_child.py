@@ -58,12 +58,19 @@ def _raw(module: ModuleType, name: str) -> Callable[[], Any]:
 def builders(entry: str) -> list[str]:
     mod_name, _, one = entry.partition(":")
     module = _module(mod_name)
-    names = [one] if one else sorted(n for n, f in vars(module).items()
-                                     if BUILDER.match(n) and callable(f) and getattr(f, "__module__", "") == mod_name)
+    if one:
+        _raw(module, one)
+        return [one]
+    names = []
+    for name, fn in sorted(vars(module).items()):
+        if BUILDER.match(name) and callable(fn) and getattr(fn, "__module__", "") == mod_name:
+            try:
+                _raw(module, name)
+                names.append(name)
+            except Failed:  # a builder of template arguments: compiled per call, not ahead of time
+                continue
     if not names:
-        raise Failed("builder", f"{mod_name} defines no `_jit_*_module` builder")
-    for name in names:
-        _raw(module, name)
+        raise Failed("builder", f"{mod_name} defines no `_jit_*_module` builder without arguments")
     return names
 
 
