@@ -700,7 +700,8 @@ def test_cli_no_fp4_in_sglang_kernel_0_4_names_the_jit_move(device_wheels: dict[
         "bknofp4/libwork.so: no FP4 instructions (F2FP\\.SATFINITE\\.E2M1) in its sm_120a SASS: sglang_kernel "
         "0.4.3+cu130.sm120a has none to find: from 0.4 the NVFP4 kernels are JIT-compiled by sglang at run time "
         "(sglang.jit_kernel.nvfp4, upstream f88acf878, PR #20012), not built into the wheel (drop fp4_sass and the "
-        "FP4 library rule from the recipe's [verify])"]
+        "FP4 library rule from the recipe's [verify]; prove them ahead of time with [serve] jit_prewarm = "
+        "[\"sglang.jit_kernel.nvfp4\"]: build-kernel jit-prewarm)"]
 
 
 @pytest.mark.slow

@@ -78,4 +78,33 @@ def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, u
     emit(opts, stage.result, _human(stage.result))
 
 
-COMMANDS = (serve_cmd,)
+def _jit_human(result: dict[str, Any]) -> str:
+    if result.get("dry_run"):
+        return "\n".join(f"{i['entry']}:{i['builder']} for {i['arch']}" for i in result["items"]) or "nothing to prewarm"
+    v = result.get("verify") or {}
+    lines = [f"{m['name']}: {m['size'] / 1e6:.2f} MB, " + ", ".join(f"{k}={n}" for k, n in m["sass"].items())
+             for m in v.get("modules", [])]
+    return "\n".join([*lines, f"cache: {result['cache']} ({'verified' if v.get('passed') else 'NOT verified'})"])
+
+
+@click.command("jit-prewarm")
+@shared_options
+@click.option("--python", "python", metavar="PATH", help="The serve interpreter (default: the recipe's, as "
+              "`serve --install` made it).")
+@click.option("--dry-run", is_flag=True, help="List what would be compiled, compile nothing.")
+@click.pass_obj
+def jit_prewarm_cmd(opts: Options, python: str | None, dry_run: bool) -> None:
+    """Compile the recipe's [serve] jit_prewarm sglang JIT modules into the server's tvm-ffi cache, and verify their SASS."""
+    from build_kernel.stages.serve import environment, prewarm_and_verify
+
+    p = opts.plan()
+    if not p.recipe.serve.jit_prewarm:
+        raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] jit_prewarm "
+                               "(e.g. jit_prewarm = [\"sglang.jit_kernel.nvfp4\"])")
+    ctx = stages.Context(p)
+    served = python or environment.python_for(p, ctx.build_python())
+    result = prewarm_and_verify(p, served, environment.server_env(p), dry_run=dry_run)
+    emit(opts, result, _jit_human(result))
+
+
+COMMANDS = (serve_cmd, jit_prewarm_cmd)

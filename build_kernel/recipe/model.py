@@ -160,6 +160,17 @@ class Serve:
     bench_input_len: int = _doc("`--bench` random input length, tokens.", 1024)
     bench_output_len: int = _doc("`--bench` random output length, tokens.", 256)
     bench_prompts: int = _doc("`--bench` prompts per concurrency (at least the concurrency).", 64)
+    jit_prewarm: tuple[str, ...] = _doc("sglang JIT modules compiled ahead of time by `serve --install` (and "
+                                        "`build-kernel jit-prewarm`) into the tvm-ffi cache the server reads: "
+                                        "`module` (each zero-argument `_jit_*_module` builder it defines, e.g. "
+                                        "`sglang.jit_kernel.nvfp4`) or `module:builder`.", factory=tuple)
+    jit_archs: tuple[Arch, ...] = _doc("Archs to prewarm for (what sglang asks at run time: the NVFP4 modules use "
+                                       "the `a` variant of the GPU's arch); empty: [build] arch.", factory=tuple)
+    jit_cache_dir: str = _doc("`TVM_FFI_CACHE_DIR` of the prewarm and of the server (unit, launch); empty: "
+                              "`tvm-ffi-cache/` beside the serve environment.", "")
+    jit_sass: tuple[str, ...] = _doc("SASS regexes counted in each prewarmed module; each module must show one "
+                                     "(e.g. `['OMMA\\.SF\\.\\S*E2M1', 'E2M1']`); empty: archs only.",
+                                     factory=tuple)
 
 
 @dataclass(frozen=True)

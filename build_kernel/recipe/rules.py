@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -110,12 +111,18 @@ def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:
 
 
 SGLANG_ORIGINS = ("release", "source")
+_JIT_ENTRY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
 # Flags the [serve] table owns: given in `args` too, the two would disagree.
 _SERVE_OWNED = {"--model-path": "model", "--model": "model", "--host": "host", "--port": "port"}
 
 
 def _check_serve(r: Recipe, where: Any, problems: _Problems) -> None:
     s, default = r.serve, Serve()
+    for entry in s.jit_prewarm:
+        if not _JIT_ENTRY.match(entry):
+            problems.add(where("serve", "jit_prewarm"), "serve.jit_prewarm",
+                         f"{entry!r} is not `module` or `module:builder` (e.g. jit_prewarm = "
+                         f"[\"sglang.jit_kernel.nvfp4\"])")
     if s.sglang not in SGLANG_ORIGINS:
         problems.add(where("serve", "sglang"), "serve.sglang",
                      f"{s.sglang!r} is neither {' nor '.join(map(repr, SGLANG_ORIGINS))} (e.g. sglang = \"source\")")

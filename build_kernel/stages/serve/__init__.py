@@ -18,6 +18,26 @@ from build_kernel.stages import Context, Done
 MODES = ("check", "unit", "launch", "bench")
 
 
+def prewarm_and_verify(plan: Any, python: str, env: dict[str, str], *, dry_run: bool = False) -> dict[str, Any]:
+    """`[serve] jit_prewarm` compiled into the server's tvm-ffi cache, then proven by its SASS."""
+    from build_kernel.errors import ServeError
+    from build_kernel.stages.serve import jit_prewarm
+    from build_kernel.stages.verify import jit_cache
+
+    result = jit_prewarm.prewarm(plan, python, env, dry_run=dry_run)
+    if dry_run:
+        return result
+    report = jit_cache.verify(Path(result["cache"]), jit_prewarm.archs(plan), plan.recipe.serve.jit_sass,
+                              {**env, **result["env"]}, only=[Path(m["so"]) for m in result["modules"]])
+    for line in jit_cache.summary(report):
+        log.info(line)
+    result["verify"] = report.to_dict()
+    if not report.passed:
+        raise ServeError(f"the prewarmed JIT cache fails verification: {report.failures[0]}",
+                         hint="see the [serve] jit_archs / jit_prewarm of the recipe")
+    return result
+
+
 class ServeStage:
     name = "serve"
 
@@ -40,16 +60,18 @@ class ServeStage:
 
     def run(self, ctx: Context) -> Done:
         from build_kernel.errors import ServeError
-        from build_kernel.stages.serve import command, install
+        from build_kernel.stages.serve import command, environment, install
 
         if not ctx.wheels:
             raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
         wheel, python = ctx.wheels[0], ctx.build_python()
         if self.install:
-            install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline,
-                            folder=self.wheelhouse)
+            served = install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline,
+                                     folder=self.wheelhouse)
+            if ctx.plan.recipe.serve.jit_prewarm and not self.flags_only:
+                self.result["jit"] = prewarm_and_verify(ctx.plan, served, environment.server_env(ctx.plan))
         cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
-        self.result = {"mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
+        self.result = {**self.result, "mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
         self.result.pop("env")
         for note in cmd.notes:
             log.info(f"note: {note}")
@@ -63,7 +85,10 @@ class ServeStage:
         from build_kernel.stages.serve import unit
 
         name = unit.unit_name(ctx.plan.recipe.name)
-        text = unit.render(cmd.argv, ctx.plan.recipe.serve.env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s,
+        from build_kernel.stages.serve import jit_prewarm
+
+        env = {**ctx.plan.recipe.serve.env, **jit_prewarm.jit_env(ctx.plan, cmd.python, cmd.env)}
+        text = unit.render(cmd.argv, env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s,
                            description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
         self.result["unit"] = {"name": f"{name}.service", "text": text,
                                "verified": unit.verify(text, name, ctx.plan.env) or "systemd-analyze verify passed"}

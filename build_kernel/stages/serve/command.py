@@ -9,7 +9,17 @@ from typing import Any
 from build_kernel import log
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
-from build_kernel.stages.serve import api, audit, backends, checkpoint, environment, flags, preflight, sglang_dist
+from build_kernel.stages.serve import (
+    api,
+    audit,
+    backends,
+    checkpoint,
+    environment,
+    flags,
+    jit_prewarm,
+    preflight,
+    sglang_dist,
+)
 
 
 @dataclass
@@ -63,6 +73,7 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     serve = plan.recipe.serve
     python = environment.python_for(plan, build_python)
     env = environment.server_env(plan)
+    env.update(jit_prewarm.jit_env(plan, python, env))  # the cache `serve --install` prewarmed
     module = environment.kernel_module(plan)
     installed = environment.inspect(python, module, env)
     choice = sglang_dist.choose(plan)

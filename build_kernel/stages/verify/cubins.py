@@ -115,9 +115,10 @@ def _count(cubin: Path, nvdisasm: str, patterns: tuple[str, ...], env: Mapping[s
 
 
 def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Mapping[str, str], workdir: Path,
-             workers: int) -> Scan:
+             workers: int, *, complete: bool = False) -> Scan:
     """Disassemble `arch`'s cubins of `so`, likeliest first, in parallel, until every pattern is
-    found (all of them when one never is: absence needs every cubin)."""
+    found (all of them when one never is: absence needs every cubin; `complete`: always all, for
+    whole counts)."""
     out = workdir / f"{so.name}.{arch}"
     out.mkdir(parents=True, exist_ok=True)
     process.run([tool, "-arch", arch, "-xelf", "all", so.resolve()], error=VerifyError,
@@ -132,7 +133,7 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
         for future in as_completed(pending):
             for p, n in future.result().items():
                 seen[p] += n
-            if all(seen.values()):
+            if not complete and all(seen.values()):
                 for other in pending:
                     other.cancel()
                 break

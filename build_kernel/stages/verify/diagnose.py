@@ -100,5 +100,6 @@ def fp4_absent(distribution: str, version: str) -> str:
     if canonicalize_name(distribution) in _SGL_KERNEL and release[:2] >= FP4_JIT_FROM:
         return (f"{distribution} {version} has none to find: from 0.4 the NVFP4 kernels are JIT-compiled by sglang "
                 "at run time (sglang.jit_kernel.nvfp4, upstream f88acf878, PR #20012), not built into the wheel "
-                "(drop fp4_sass and the FP4 library rule from the recipe's [verify])")
+                "(drop fp4_sass and the FP4 library rule from the recipe's [verify]; prove them ahead of time with "
+                "[serve] jit_prewarm = [\"sglang.jit_kernel.nvfp4\"]: build-kernel jit-prewarm)")
     return "the FP4 kernels were not compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"
