@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,17 @@ def _named_tables(raw: dict[str, Any], key: str, cls: type, problems: _Problems,
                                 f"{key}.{name}", problems, where) for name, table in tables.items())
 
 
+def _patches_root(recipe: Recipe, origins: Mapping[str, tuple[Path, str]]) -> Path | None:
+    """The project whose patches/ holds the series: the recipe's own, else that of the file that set
+    [patches] version, then series (an overlay outside the project, `extends = "/…/recipes/x.toml"`)."""
+    for key in ("", "patches.version", "patches.series"):
+        file = origins.get(key, (recipe.path, ""))[0] if key else recipe.path
+        candidate = file.parent.parent
+        if (candidate / "patches" / recipe.patches.series / recipe.patches.version / "series").is_file():
+            return None if candidate == recipe.root else candidate
+    return None
+
+
 def load(name_or_path: str, root: Path | None = None) -> Recipe:
     """Load, merge and validate one recipe; raise RecipeError listing every problem."""
     path = _find(name_or_path, root or DEFAULT_ROOT)
@@ -183,6 +195,7 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
         raw=raw,
         **sections,
     )
+    recipe = replace(recipe, patches_root=_patches_root(recipe, origins))
     _check(recipe, problems, where)
     problems.raise_if_any()
     return recipe

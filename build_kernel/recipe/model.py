@@ -196,6 +196,9 @@ class Recipe:
     serve: Serve
     publish: Publish
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # Where patches/ is: `root` unless the series lives beside the recipe that names it (an overlay
+    # outside the project extending one of its recipes).
+    patches_root: Path | None = None
 
     @property
     def digest(self) -> str:
@@ -216,7 +219,7 @@ class Recipe:
 
     @property
     def series_dir(self) -> Path:
-        return self.root / "patches" / self.patches.series / self.patches.version
+        return (self.patches_root or self.root) / "patches" / self.patches.series / self.patches.version
 
 
 SCHEDULERS = ("auto", "static", "governor")

@@ -100,7 +100,8 @@ def _as_gpu(arch: str) -> Iterator[None]:
 def build(entry: str, builder: str, arch: str) -> list[dict[str, Any]]:
     module = _module(entry.partition(":")[0])
     raw = _raw(module, builder)
-    import tvm_ffi.cpp as cpp  # type: ignore[import-not-found]
+    # Typed as Any: the serve environment's tvm-ffi, whatever its stubs say (its loaders are swapped below).
+    cpp: Any = importlib.import_module("tvm_ffi.cpp")
 
     built: list[dict[str, Any]] = []
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from build_kernel import log, process
+from build_kernel import log, process, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import ServeError
 from build_kernel.plan import Plan
@@ -67,11 +67,13 @@ def cache_dir(plan: Plan, python: str) -> Path:
 
 
 def cuda_home(env: Mapping[str, str]) -> Path:
-    """tvm-ffi's own search (`_find_cuda_home`): CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
+    """The toolkit tvm-ffi is pinned to (its own search, `_find_cuda_home`, takes nvcc-on-PATH's parent, which
+    for a wrapper script such as /usr/local/bin/nvcc is /usr/local: no lib64/libcudart there): CUDA_HOME or
+    CUDA_PATH as given, else where the nvcc found says its toolkit lives."""
     home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
     if not home:
-        nvcc = process.which("nvcc", env.get("PATH"))
-        home = str(Path(nvcc).parent.parent) if nvcc else "/usr/local/cuda"
+        nvcc = toolchain.find_nvcc(env)
+        home = toolchain.cuda_home_of(nvcc, env) if nvcc else "/usr/local/cuda"
     return Path(home)
 
 
