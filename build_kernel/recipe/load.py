@@ -145,8 +145,7 @@ def _named_tables(raw: dict[str, Any], key: str, cls: type, problems: _Problems,
 def _patches_root(recipe: Recipe, origins: Mapping[str, tuple[Path, str]]) -> Path | None:
     """The project whose patches/ holds the series: the recipe's own, else that of the file that set
     [patches] version, then series (an overlay outside the project, `extends = "/…/recipes/x.toml"`)."""
-    for key in ("", "patches.version", "patches.series"):
-        file = origins.get(key, (recipe.path, ""))[0] if key else recipe.path
+    for file in (recipe.path, *(origins.get(key, (recipe.path, ""))[0] for key in ("patches.version", "patches.series"))):
         candidate = file.parent.parent
         if (candidate / "patches" / recipe.patches.series / recipe.patches.version / "series").is_file():
             return None if candidate == recipe.root else candidate

@@ -227,41 +227,36 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def read_shipped(path: str | os.PathLike[str]) -> dict[str, float]:
-    """source -> seconds of a shipped order profile: CSV with `source` and `seconds` columns (others
-    ignored; `#` lines are comments). ValueError naming the problem otherwise."""
+    """source -> seconds of a shipped order profile (read_shipped_rows)."""
+    return {source: seconds for source, (seconds, _) in read_shipped_rows(path).items()}
+
+
+def read_shipped_rows(path: str | os.PathLike[str]) -> dict[str, tuple[float, float | None]]:
+    """source -> (seconds, peak GB or None) of a shipped order profile: CSV with `source` and `seconds`
+    columns and an optional `peak_gb` (others ignored; `#` lines are comments). ValueError naming the
+    problem otherwise."""
     with open(path, newline="") as fh:
         rows = csv.DictReader(line for line in fh if not line.startswith("#"))
         missing = sorted({"source", "seconds"} - set(rows.fieldnames or ()))
         if missing:
             raise ValueError(f"no {' or '.join(missing)} column (the header must name source and seconds)")
-        out: dict[str, float] = {}
+        out: dict[str, tuple[float, float | None]] = {}
         for n, row in enumerate(rows, 1):
-            try:
-                seconds = float(row["seconds"] or "")
-            except ValueError:
-                seconds = math.nan
+            seconds, peak = _number(row["seconds"]), _number(row.get("peak_gb"))
             if not row["source"] or not math.isfinite(seconds) or seconds < 0:
                 raise ValueError(f"data row {n}: needs a source and seconds >= 0, not "
                                  f"{row['source']!r}, {row['seconds']!r}")
-            out[row["source"]] = seconds
+            out[row["source"]] = (seconds, peak if math.isfinite(peak) and peak > 0 else None)
     if not out:
         raise ValueError("no data rows (one row per source: source,seconds)")
     return out
 
 
-def read_shipped_peaks(path: str | os.PathLike[str]) -> dict[str, float]:
-    """source -> peak GB of a shipped profile's optional `peak_gb` column (rows without one left out)."""
-    with open(path, newline="") as fh:
-        rows = csv.DictReader(line for line in fh if not line.startswith("#"))
-        out: dict[str, float] = {}
-        for row in rows:
-            try:
-                peak = float(row.get("peak_gb") or "")
-            except ValueError:
-                continue
-            if row.get("source") and math.isfinite(peak) and peak > 0:
-                out[row["source"]] = peak
-    return out
+def _number(text: str | None) -> float:
+    try:
+        return float(text or "")
+    except ValueError:
+        return math.nan
 
 
 def predictions(db: Path, shipped: Path | None, strip: Sequence[Path]) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 A TU's memory is the profile's high percentile of its tree peaks (profile.estimate) when it
 has been compiled before, else the peak the recipe's shipped profile measured (`peak_gb` of
 `[build] order_profile`: a first build on a small machine packs by real sizes, not by the
-default), else the recipe's `job_memory_gb` (× archs in flight); each prediction says which. The ETA of a build is the recorded time of what is left, spread
-over the jobs, but never less than the longest TU still to finish.
+default), else the recipe's `job_memory_gb` (× archs in flight); each prediction says which.
+The ETA of a build is the recorded time of what is left, spread over the jobs, but never less
+than the longest TU still to finish.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def known_sources(recorded: Sequence[profile.Compile]) -> list[tuple[str, str]]:
 
 
 def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | None]] | None = None,
-             shipped: Mapping[str, tuple[float | None, float]] | None = None) -> list[TU]:
+             shipped: Mapping[str, tuple[float, float]] | None = None) -> list[TU]:
     """A prediction per TU: the given (source, flags digest) pairs, or every TU the profile or the
     shipped profile (`shipped`: source -> (seconds, peak GB)) knows."""
     recorded = profile.rows(db)

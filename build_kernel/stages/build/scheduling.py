@@ -57,13 +57,13 @@ def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, s
     return out
 
 
-def shipped_tus(plan: Plan) -> dict[str, tuple[float | None, float]]:
+def shipped_tus(plan: Plan) -> dict[str, tuple[float, float]]:
     """source -> (seconds, peak GB) of the recipe's shipped profile, for the TUs it gives a peak."""
     path = plan.recipe.build.order_profile
     if not path:
         return {}
-    seconds = ninja_order.read_shipped(path)
-    return {source: (seconds.get(source), peak) for source, peak in ninja_order.read_shipped_peaks(path).items()}
+    rows = ninja_order.read_shipped_rows(path)
+    return {source: (seconds, peak) for source, (seconds, peak) in rows.items() if peak is not None}
 
 
 def make_program(plan: Plan, python: str, ninja: str | None, work: Path, src: Path,

@@ -82,11 +82,9 @@ class ServeStage:
         return Done("checked" if self.mode == "check" else self.mode, {"sglang": cmd.sglang})
 
     def _unit(self, ctx: Context, cmd: Any) -> None:
-        from build_kernel.stages.serve import unit
+        from build_kernel.stages.serve import jit_prewarm, unit
 
         name = unit.unit_name(ctx.plan.recipe.name)
-        from build_kernel.stages.serve import jit_prewarm
-
         env = {**ctx.plan.recipe.serve.env, **jit_prewarm.jit_env(ctx.plan, cmd.python, cmd.env)}
         text = unit.render(cmd.argv, env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s,
                            description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
