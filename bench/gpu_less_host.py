@@ -1,4 +1,4 @@
-"""The whole real 12.0a build on a GPU-less 2-core / 24 GB host (issue 28 item 3), from its raw outputs.
+"""The whole real 12.0a build on a GPU-less 2-core / 24 GB host (issue 28 item 3: series v2; issue 22: v3, arch-pruned), from its raw outputs.
 
 Reads one `<label>-raw.tar.gz` of the run (`.ninja_log`, the profile recorder's SQLite rows,
 a 0.5 s memory sample, the tool's stderr and `host.txt`, the same members as the H200 runs)
@@ -13,6 +13,7 @@ lower bound) are h200_arch_pruning's `run_figures`; added here:
   governor starts a second compile only while free memory covers the predicted peaks.
 
     python bench/gpu_less_host.py bench/raw/local-2c-2026-12-02/2c-raw.tar.gz [--out FILE]
+    python bench/gpu_less_host.py bench/raw/local-2c-2026-12-02/p2c-raw.tar.gz --out bench/results/gpu-less-host-2c-pruned.json
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Write a recipe's shipped compile-order profile from a measured build's raw outputs.
 
 The profile recorder's rows (`<label>-profile.sqlite` inside a device call's `<label>-raw.tar.gz`)
-become the CSV `[build] order_profile` names: one row per csrc/ source, longest first.
+become the CSV `[build] order_profile` names: one row per source of the tree (csrc/) and of each
+pre-fetched dependency, longest first. A dependency's source is named as the recorder now names it,
+`deps/<FetchContent name>/<path>` (runs before that recorded its absolute cache path, whose folder is
+`<name>-<12-hex pin>[-<8-hex paths digest>]`).
 
     python bench/order_profile.py bench/raw/h200-2026-12-01/a1-raw.tar.gz recipes/nightly-cu130.profile.csv
-    python bench/order_profile.py --series 'v3 (arch-pruned)' bench/raw/h200-2026-12-01/b-raw.tar.gz \
+    python bench/order_profile.py --series 'v3 (arch-pruned)' bench/raw/h200-2026-12-02/p-raw.tar.gz \
         recipes/nightly-cu130-pruned.profile.csv
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sqlite3
 import tarfile
 import tempfile
@@ -22,9 +26,21 @@ from h200_arch_pruning import member  # the same raw tarballs, read the same way
 HEADER = """\
 # Compile times of sgl-kernel 6ffc74ef with the sm120 {series} series for 12.0a: one full build
 # (build-kernel's recorder, profile.sqlite of {raw}; 16 cores,
-# 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1). Only the order matters: build.ninja's compiles
-# start longest first by `seconds` until this machine's own profile knows them.
+# 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1). build.ninja's compiles start longest first by
+# `seconds`, and the governor predicts their memory by `peak_gb`, until this machine's profile knows them.
 """
+
+
+_DEP = re.compile(r"(?:^|/)deps/(?P<name>[^/]+?)-[0-9a-f]{12}(?:-[0-9a-f]{8})?/(?P<rest>.+)$")
+
+
+def named(source: str) -> str | None:
+    """The profile's name of a recorded source: csrc/... as is, a dependency's as deps/<name>/...; None
+    for anything else (CMake's probes)."""
+    if source.startswith(("csrc/", "deps/")):
+        return source
+    m = _DEP.search(source)
+    return f"deps/{m['name']}/{m['rest']}" if m else None
 
 
 def main() -> None:
@@ -40,9 +56,11 @@ def main() -> None:
         f.write(db)
         f.flush()
         conn = sqlite3.connect(f.name)
-        rows = conn.execute("SELECT source, MAX(wall_s), MAX(tree_peak_mb), compiler FROM compiles "
-                            "WHERE source LIKE 'csrc/%' GROUP BY source ORDER BY MAX(wall_s) DESC").fetchall()
+        recorded = conn.execute("SELECT source, MAX(wall_s), MAX(tree_peak_mb), compiler FROM compiles "
+                                "GROUP BY source").fetchall()
         conn.close()
+    rows = sorted(((name, wall, peak, compiler) for source, wall, peak, compiler in recorded
+                   if (name := named(source or ""))), key=lambda r: (-r[1], r[0]))
     with args.out.open("w", newline="") as fh:
         fh.write(HEADER.format(raw=args.raw.as_posix(), series=args.series))
         w = csv.writer(fh, lineterminator="\n")

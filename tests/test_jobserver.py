@@ -7,18 +7,21 @@ no hit of the limit at all); the same workload with a plain `-j` does, and is OO
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.build import cgroup, jobserver
+from build_kernel.stages.build import cgroup, jobserver, scheduling
+from build_kernel.stages.build import recorder as recorder_mod
 from build_kernel.stages.build.replay import Unit, write_ninja
 from tests.test_oom import memory_cgroup
 
@@ -47,24 +50,75 @@ def test_supports_jobserver() -> None:
     assert not jobserver.supports_jobserver(None) and not jobserver.supports_jobserver("garbage")
 
 
-def test_decide_charges_each_slot_the_heaviest_left(tmp_path: Path) -> None:
+def _state(running: list[tuple[str, int]], tokens: int, in_pipe: int, waiting: dict[str, int], free: int) -> jobserver.State:
+    return jobserver.State([jobserver.Running(i, k, rss) for i, (k, rss) in enumerate(running, 1)], tokens, in_pipe,
+                           waiting, free)
+
+
+def test_decide_bounds_the_slots_by_the_heaviest_still_to_run(tmp_path: Path) -> None:
     gov = _governor(tmp_path, lambda: CAP)
-    h = gov.heaviest_left(set())
-    assert h == 260 * MiB + OVERHEAD
-    # One heavy TU on the implicit slot: a second slot is charged the heaviest left (heavy_b).
-    one = jobserver.State([jobserver.Running(1, "heavy_a.cu", 10 * MiB)], 0, 0, {"heavy_a.cu"}, CAP - 10 * MiB)
-    assert gov.decide(one) == 1
-    # Two heavy ones run: the third slot would be charged mid_a (176 MiB): 276+256+176 > 592 budget.
-    two = jobserver.State([jobserver.Running(1, "heavy_a.cu", 270 * MiB), jobserver.Running(2, "heavy_b.cu", 250 * MiB)],
-                          1, 0, {"heavy_a.cu", "heavy_b.cu"}, CAP - 520 * MiB)
-    assert gov.decide(two) == 0
+    every = {u.name: 1 for u in UNITS}
+    rest = {k: n for k, n in every.items() if k != "heavy_a.cu"}
+    # One heavy TU on the implicit slot: two slots can need heavy_a + heavy_b (532 of 592 MiB): granted.
+    assert gov.decide(_state([("heavy_a.cu", 10 * MiB)], 0, 0, rest, CAP - 10 * MiB)) == 1
+    # Two heavy ones run: a third slot could take mid_a (176 MiB): 276 + 256 + 176 > 592: no.
+    both = {k: n for k, n in rest.items() if k != "heavy_b.cu"}
+    assert gov.decide(_state([("heavy_a.cu", 270 * MiB), ("heavy_b.cu", 250 * MiB)], 1, 0, both, CAP - 520 * MiB)) == 0
+    # Once heavy_a and mid_b have finished, only light TUs are left to start: three slots fit (256 + 176 + 76),
+    # where charging each slot the heaviest left would not (3 x 256).
+    light = {k: n for k, n in both.items() if k.startswith("light")}
+    assert gov.decide(_state([("heavy_b.cu", 250 * MiB), ("mid_a.cu", 10 * MiB)], 1, 0, light, CAP - 260 * MiB)) == 1
+    # With mid_b still to come, they do not (256 + 176 + 166 > 592).
+    assert gov.decide(_state([("heavy_b.cu", 250 * MiB), ("mid_a.cu", 10 * MiB)], 1, 0, {**light, "mid_b.cu": 1},
+                             CAP - 260 * MiB)) == 0
     # Measured memory low (something else took it): no token even where the predictions fit.
-    assert gov.decide(jobserver.State([], 0, 0, set(), 100 * MiB)) == 0
-    # Over budget with tokens idle in the FIFO: take them back.
-    over = jobserver.State([jobserver.Running(1, "heavy_a.cu", 270 * MiB)], 3, 2, {"heavy_a.cu"}, CAP)
-    assert gov.decide(over) < 0
+    assert gov.decide(_state([], 0, 0, every, 100 * MiB)) == 0
+    # Over budget with tokens idle in the FIFO: take back just enough (4 slots of heavy..mid: 2 back).
+    assert gov.decide(_state([("heavy_a.cu", 270 * MiB)], 3, 2, rest, CAP)) == -2
     # Never more jobs than CPUs.
-    assert _governor(tmp_path, lambda: CAP, max_jobs=1).decide(jobserver.State([], 0, 0, set(), CAP)) == 0
+    assert _governor(tmp_path, lambda: CAP, max_jobs=1).decide(_state([], 0, 0, every, CAP)) == 0
+
+
+def test_tus_no_profile_knows_count_as_the_default_until_the_build_lists_its_compiles(tmp_path: Path) -> None:
+    """Run c of #22: under a small cap, the default charged for TUs that might still come held a 32 GiB
+    build to 3 compiles at once. The ninja wrapper's list of the configured build's compiles ends that."""
+    edges = tmp_path / "edges.json"
+    gov = _governor(tmp_path, lambda: CAP, complete=False, edges=edges)  # 300 MiB for a TU no profile knows
+    gov._read_edges()
+    heavy = [("heavy_a.cu", 10 * MiB)]
+    # Not configured yet: any number of unknown TUs may come, each 300 MiB: 3 x 300 > 592 for three slots.
+    early = _state(heavy, 1, 0, {u.name: 1 for u in UNITS[1:]}, CAP)
+    assert gov.bound(early, 3) == 900 * MiB and gov.decide(early) == 0
+    # The build compiles heavy_a, the light TUs (light_a twice) and one TU no profile knows; neither
+    # heavy_b nor the mid ones (a profile's TU this build does not compile counts for nothing).
+    names = ["heavy_a.cu", "light_a.cu", "light_a.cu", "light_b.cu", "light_c.cu", "new.cu"]
+    edges.write_text(json.dumps({"sources": names}))
+    gov._read_edges()
+    assert gov.complete and gov.waiting == Counter({"heavy_a.cu": 1, "light_a.cu": 2, "light_b.cu": 1,
+                                                    "light_c.cu": 1, "new.cu": 1})
+    listed = _state(heavy, 1, 0, {"light_a.cu": 2, "light_b.cu": 1, "light_c.cu": 1, "new.cu": 1}, CAP)
+    assert gov.bound(listed, 3) == 276 * MiB + 300 * MiB + 76 * MiB and gov.decide(listed) == 0  # new.cu
+    # Once new.cu has started (and ended), only light ones are left: 276 + 76 + 76 fit.
+    assert gov.decide(_state(heavy, 1, 0, {"light_a.cu": 2, "light_b.cu": 1, "light_c.cu": 1}, CAP)) == 1
+    # A list that cannot be read (being written, or garbage) leaves what was known.
+    edges.write_text("{not json")
+    gov._read_edges()
+    assert gov.complete and set(gov.predictions) == set(names)
+
+
+def test_jobs_are_named_as_the_recorder_names_them(tmp_path: Path) -> None:
+    """A dependency's TU is keyed `deps/<name>/...` in the profile; its command line holds its cache folder."""
+    dep = tmp_path / "deps" / "repo-flashinfer-bc29697ba20b-5ba9800d"
+    src = tmp_path / "src"
+    strip = [str(src), f"deps/repo-flashinfer={dep}"]
+    recorder = scheduling.RECORDER
+    shell = f"{sys.executable} -S {recorder} --db /x.sqlite --strip {src} -- /usr/bin/nvcc -O3 -c {dep}/csrc/norm.cu -o norm.o"
+    got = recorder_mod.compiled(["/bin/sh", "-c", shell], strip)
+    assert got is not None and got.source == "deps/repo-flashinfer/csrc/norm.cu"
+    assert recorder_mod.compiled(shell, strip) == got  # build.ninja's string, as ninja_order reads it
+    assert recorder_mod.compiled(["/usr/bin/g++", "-c", f"{src}/csrc/a.cc", "-o", "a.o"], strip).source == "csrc/a.cc"
+    assert recorder_mod.compiled(["ninja", "-C", "build"], strip) is None  # a child before its exec
+    assert scheduling.strip_roots(src, {"FETCHCONTENT_SOURCE_DIR_REPO-FLASHINFER": str(dep), "X": "1"}) == strip
 
 
 # A real parent named `ninja` whose child waits between fork and exec until told to go, then execs

@@ -128,6 +128,8 @@ def test_cmake_manifest_longest_first_by_shipped_then_recorded_profile(tmp_path:
     # CMake orders it itself: right after generating it runs the script with `-t restat build.ninja`.
     _configure(src, build, script, db)
     assert _object_order(build) == ["d.cpp", "b.cpp", "a.cpp", "c.cpp"]  # predicted first, the rest in CMake's order
+    # ... and lists the configured build's compiles for the governor (all of them, predicted or not).
+    assert json.loads((tmp_path / "bin" / ninja_order.EDGES).read_text()) == {"sources": sorted(SOURCES)}
     # The rewrite does not make build.ninja look out of date (ninja would re-run CMake).
     explained = _ninja(build, "-n", "-d", "explain", "build.ninja")
     assert "no work to do" in explained and "dirty" not in explained

@@ -12,7 +12,7 @@ from build_kernel import recipe
 from build_kernel.errors import RecipeError
 from build_kernel.plan import Plan, resolve
 from build_kernel.resources import Resources
-from build_kernel.stages.build import planner, profile, scheduling
+from build_kernel.stages.build import ninja_order, planner, profile, scheduling
 from tests.conftest import copy_series, demo_recipe_text, run_cli, write_recipe
 
 GiB, MiB = 1024**3, 1024**2
@@ -116,8 +116,9 @@ def test_auto_is_the_governor_where_ninja_follows_a_jobserver(project: Path, tmp
     new = scheduling.choose(plan, "1.13.2", tmp_path / "work")
     assert new.governor is not None and new.why.startswith("governor: jobserver FIFO")
     assert "(scheduler auto: ninja 1.13.2 is a jobserver client)" in new.why
-    # The governor as shipped: unknown TUs may come, a free slot is charged the heaviest left.
-    assert new.governor.complete is False and new.governor.order is None and new.governor.max_jobs == RES.cpus
+    # The governor as shipped: unknown TUs may come until the ninja wrapper lists the configured build's.
+    assert new.governor.complete is False and new.governor.max_jobs == RES.cpus
+    assert new.governor.edges == tmp_path / "work" / "bin" / ninja_order.EDGES
     old = scheduling.choose(plan, "1.12.1", tmp_path / "work")
     assert old.governor is None and old.why.startswith("scheduler auto: static job count, ninja 1.12.1 is older")
     # A job count given by hand stays a ceiling under the governor; the environment (--compile-scheduler) wins.

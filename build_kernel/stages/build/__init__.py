@@ -112,7 +112,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     defines = scheduling.launcher_defines(plan, sys.executable, src, defines)
     # ninja through ninja_order (the tool's python too): compiles start longest first.
     defines = scheduling.make_program(plan, sys.executable, selected.facts.ninja, work, src, defines)
-    sched = scheduling.choose(plan, selected.facts.ninja_version, work)
+    sched = scheduling.choose(plan, selected.facts.ninja_version, work, scheduling.strip_roots(src, defines))
     cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
            f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",
            *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items())), str(src)]

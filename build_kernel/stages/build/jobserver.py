@@ -7,40 +7,43 @@ back when that job ends. The owner thread here decides how many bytes are out.
 What a token costs. A token does not say which TU will take it, and ninja re-reads a byte
 it has just written back before anyone else can (the end of one edge and the start of the
 next are one step of its loop), so a token, once out, can be reused for any TU still to
-start. Hence each slot is charged the larger of its current occupant's predicted peak and
-the heaviest prediction not yet started (H): a reuse can never raise the sum, and as the
-heavy TUs start (heaviest first where the edge order is ours) H falls and more tokens go
-out. A token is granted only while
+start. But at any later instant the jobs running are at most `slots` distinct TUs among those
+running now and those not started yet (a finished TU never runs again). So the memory
+`slots` jobs can ever need is bounded by the sum of the `slots` heaviest predictions of
+that set, B(slots), which only falls as the build goes on. A token is granted only while
 
-    Σ_slots max(occupant, H) + H ≤ budget                    (the predictions), and
-    free now − reserve ≥ Σ_running (predicted − current RSS)⁺ + (idle slots + 1) × H
-                                                               (what the kernel says is free),
+    B(slots + 1) ≤ budget                                     (the predictions), and
+    free now − reserve ≥ Σ_running (predicted − current RSS)⁺ + the (idle slots + 1) heaviest
+                          predictions not started              (what the kernel says is free),
 
-and never beyond `max_jobs` (the CPUs). Where the edge order is ours (`order`, heaviest first),
-a free slot is charged the next TU of that order rather than H: ninja takes ready edges in
-file order among equals, and heaviest first means no later TU outweighs an earlier one, so
-the reuse argument still holds. ninja 1.13.x looks at the FIFO only when it starts or
-finishes a job (watching it while idle is ninja master's 9ec8b855, 2026-03-03, after 1.13.2),
-so the FIFO is kept filled to the allowed level ahead of time. Over budget (a TU ran heavier than predicted),
-tokens sitting in the FIFO are taken back. Occupants are found by scanning ninja's
-children (/proc, no full process scan): a job's command line names its source, which is
-matched against the predictions' keys.
+and never beyond `max_jobs` (the CPUs). Which TUs are still to come: until the build is
+configured, any number of TUs no profile knows may (each counts as the default); once the
+ninja wrapper has written the build's list of compiles (ninja_order's `edges` file), exactly
+those, each by its prediction or the default, and a profile's TUs this build does not
+compile (FA3's under a 12.0a build) count for nothing. ninja 1.13.x looks at the FIFO only
+when it starts or finishes a job (watching it while idle is ninja master's 9ec8b855,
+2026-03-03, after 1.13.2), so the FIFO is kept filled to the allowed level ahead of time.
+Over budget (a TU ran heavier than predicted), tokens sitting in the FIFO are taken back.
+Occupants are found by scanning ninja's children (/proc, no full process scan): a job's
+command line is described as the recorder describes a compile (recorder.compiled), and its
+source matched against the predictions' keys.
 """
 
 from __future__ import annotations
 
 import fcntl
-import math
+import json
 import os
 import struct
 import termios
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from build_kernel.stages.build.recorder import _children, tree_rss
+from build_kernel.stages.build.recorder import _children, compiled, tree_rss
 
 INTERVAL_S = 0.05
 JOBSERVER_NINJA = (1, 13)
@@ -68,7 +71,7 @@ class State:
     running: list[Running]
     tokens_out: int  # explicit tokens written and not taken back (ninja also has one implicit slot)
     in_pipe: int  # tokens sitting in the FIFO, not held by ninja
-    started: set[str]
+    waiting: Mapping[str, int]  # TU -> compiles of it not started yet
     free: int  # cgroup-aware free memory now, bytes
 
 
@@ -86,20 +89,23 @@ class Stats:
 class Governor:
     def __init__(self, folder: Path, *, budget: int, predictions: Mapping[str, int], default: int, complete: bool,
                  max_jobs: int, available: Callable[[], int], reserve: int, root_pid: int | None = None,
-                 order: Sequence[str] | None = None, interval: float = INTERVAL_S) -> None:
+                 edges: Path | None = None, strip: Sequence[str] = (), interval: float = INTERVAL_S) -> None:
         self.path = folder / "jobserver.fifo"
-        self.budget, self.predictions, self.default, self.complete = budget, dict(predictions), default, complete
+        self.budget, self.default, self.complete = budget, default, complete
         self.max_jobs, self.available, self.reserve = max(1, max_jobs), available, reserve
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self.interval, self.stats = interval, Stats()
-        # The edge order ninja will follow, when we wrote it heaviest first (None: ninja's own).
-        self.order = list(order) if order is not None else None
-        # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu`.
+        # What the profiles predict, and what this build compiles (each known TU once until `edges` says).
+        self.known = dict(predictions)
+        self.predictions = dict(predictions)
+        self.waiting: Counter[str] = Counter(list(self.known))
+        # The build's list of compiles, written by the ninja wrapper after each configure (None: never).
+        self.edges, self.strip, self._edges_mtime = edges, list(strip), -1
+        # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu` (the fallback match).
         self._keys = sorted(self.predictions, key=len, reverse=True)
-        self._started: set[str] = set()
         self._known: dict[int, str] = {}
-        self._tokens_out = 0
         self._fd = -1
+        self._tokens_out = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="jobserver", daemon=True)
 
@@ -126,40 +132,56 @@ class Governor:
 
     # --- one step -------------------------------------------------------------------------------
 
-    def heaviest_left(self, started: set[str]) -> int:
-        left = [p for k, p in self.predictions.items() if k not in started]
-        if not self.complete:
-            left.append(self.default)  # TUs the profile does not know may still come
-        return max(left, default=0)
-
     def charge(self, job: Running) -> int:
         return self.predictions.get(job.key, self.default) if job.key else self.default
 
-    def idle_charges(self, started: set[str], n: int) -> list[int]:
-        """What the next `n` free slots will run: the next TUs of the edge order when it is ours
-        (heaviest first, so never more than what came before), else the heaviest left for each."""
-        h = self.heaviest_left(started)
-        if self.order is None:
-            return [h] * n
-        nxt = [self.predictions[k] for k in self.order if k not in started][:n]
-        tail = 0 if self.complete else self.default
-        return nxt + [tail] * (n - len(nxt))
+    def _heaviest(self, peaks: list[int], n: int) -> int:
+        """The sum of the n heaviest of `peaks`, with as many defaults as needed while TUs no profile knows
+        may still come."""
+        top = sorted(peaks + ([] if self.complete else [self.default] * n), reverse=True)[:n]
+        return sum(top)
+
+    def bound(self, s: State, slots: int) -> int:
+        """The most `slots` jobs can ever need from now on: the `slots` heaviest of what runs and what waits."""
+        return self._heaviest([self.charge(j) for j in s.running] + self._waiting_peaks(s), slots)
+
+    def _waiting_peaks(self, s: State) -> list[int]:
+        return [self.predictions.get(k, self.default) for k, n in s.waiting.items() for _ in range(n)]
 
     def decide(self, s: State) -> int:
         """+1: write a token; -N: take N back from the FIFO; 0: wait."""
-        h = self.heaviest_left(s.started)
         slots = 1 + s.tokens_out
-        idle = max(0, slots - len(s.running))
-        ahead = self.idle_charges(s.started, idle + 1)
-        charged = sum(max(self.charge(j), h) for j in s.running) + sum(ahead[:idle])
+        charged = self.bound(s, slots)
         self.stats.max_charged = max(self.stats.max_charged, charged)
         if charged > self.budget:
-            return -min(s.in_pipe, math.ceil((charged - self.budget) / max(h, 1))) if s.in_pipe else 0
+            back = 0
+            while back < s.in_pipe and self.bound(s, slots - back) > self.budget:
+                back += 1
+            return -back
         growth = sum(max(0, self.charge(j) - j.rss) for j in s.running)
-        if (slots < self.max_jobs and charged + ahead[-1] <= self.budget
-                and s.free - self.reserve >= growth + sum(ahead)):
+        starts = self._heaviest(self._waiting_peaks(s), max(0, slots - len(s.running)) + 1)
+        if slots < self.max_jobs and self.bound(s, slots + 1) <= self.budget and s.free - self.reserve >= growth + starts:
             return 1
         return 0
+
+    def _read_edges(self) -> None:
+        """Once the build is configured: exactly its compiles are still to come (see the module's docstring)."""
+        if self.edges is None:
+            return
+        try:
+            mtime = self.edges.stat().st_mtime_ns
+            if mtime == self._edges_mtime:
+                return
+            sources = json.loads(self.edges.read_text())["sources"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # not written yet (or being replaced): what was known stays
+        self._edges_mtime = mtime
+        listed = Counter(str(src) for src in sources)
+        done = Counter(self.stats.started)
+        self.predictions = {src: self.known.get(src, self.default) for src in listed}
+        self.waiting = Counter({src: n - done[src] for src, n in listed.items() if n > done[src]})
+        self._keys = sorted(self.predictions, key=len, reverse=True)
+        self.complete = True
 
     def _scan(self) -> list[Running]:
         jobs: list[Running] = []
@@ -171,10 +193,6 @@ class Governor:
                 jobs.extend(self._job(k) for k in kids)
             else:
                 todo.extend(kids)
-        for job in jobs:
-            if job.key and job.key not in self._started:
-                self._started.add(job.key)
-                self.stats.started.append(job.key)
         return jobs
 
     def _job(self, pid: int) -> Running:
@@ -183,10 +201,18 @@ class Governor:
         # started and charge it the default rather than its prediction.
         key = self._known.get(pid)
         if key is None:
-            cmdline = _cmdline(pid)
-            key = next((k for k in self._keys if k in cmdline), None)
+            argv = _argv(pid)
+            described = compiled(argv, self.strip) if argv else None
+            if described is not None and described.source in self.predictions:
+                key = described.source
+            else:  # named otherwise (a command the recorder cannot read): a key its command line holds
+                cmdline = " ".join(argv)
+                key = next((k for k in self._keys if k in cmdline), described.source if described else None)
             if key is not None:
                 self._known[pid] = key
+                self.stats.started.append(key)
+                if self.waiting[key] > 0:
+                    self.waiting[key] -= 1
         return Running(pid, key, tree_rss(pid)[0])
 
     def _in_pipe(self) -> int:
@@ -194,8 +220,9 @@ class Governor:
         return int(struct.unpack("i", raw)[0])
 
     def step(self) -> int:
+        self._read_edges()
         running = self._scan()
-        state = State(running, self._tokens_out, self._in_pipe(), set(self._started), self.available())
+        state = State(running, self._tokens_out, self._in_pipe(), +self.waiting, self.available())
         move = self.decide(state)
         if move > 0:
             os.write(self._fd, b"+")
@@ -234,9 +261,14 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _cmdline(pid: int) -> str:
+def _argv(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+            raw = fh.read()
     except OSError:
-        return ""
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1] if raw.endswith(b"\0") else raw.decode(errors="replace").split("\0")
+
+
+def _cmdline(pid: int) -> str:
+    return " ".join(_argv(pid))

@@ -45,12 +45,14 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
-    from build_kernel.stages.build.recorder import describe
+    from build_kernel.stages.build.recorder import compiled
 else:  # run by path with -S (see above): the recorder beside this file, without the package's imports
-    from recorder import describe  # type: ignore[import-not-found, no-redef]
+    from recorder import compiled  # type: ignore[import-not-found, no-redef]
 
 HERE = str(Path(__file__).resolve())
 FILE = "ninja-order.json"
+# Every compile of the configured build, by source (one entry per edge): the governor's complete TU list.
+EDGES = "ninja-edges.json"
 RECORDED, SHIPPED, NONE = "recorded profile", "shipped profile", "none"
 _SCOPED = ("rule ", "pool ")  # statements whose indented lines are theirs
 
@@ -133,14 +135,8 @@ def compiles(folder: str, ninja: str, data: Mapping[str, Any]) -> dict[str, tupl
     listed = subprocess.run([ninja, "-C", folder, "-t", "compdb"], capture_output=True, text=True, check=True).stdout
     found: dict[str, tuple[str, str]] = {}
     for entry in json.loads(listed):
-        try:
-            words = shlex.split(entry["command"])
-        except ValueError:  # quoting shlex cannot read: that edge keeps its place
-            continue
-        if data["recorder"] in words:  # what the recorder itself describes: the command after its `--`
-            words = words[words.index("--", words.index(data["recorder"])) + 1:]
-        described = describe(words, data["strip"])
-        if described.source:
+        # Quoting shlex cannot read: that edge keeps its place.
+        if (described := compiled(entry["command"], data["strip"])) is not None:
             found[entry["output"]] = (described.source, described.flags_digest)
     return found
 
@@ -167,6 +163,8 @@ def order(folder: str, ninja: str, data: Mapping[str, Any]) -> str:
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
         text = fh.read()
     edges = compiles(folder, ninja, data)
+    if data.get("edges_file"):
+        _write_json(data["edges_file"], {"sources": sorted(src for src, _ in edges.values())})
     which, seconds = choose(edges, data)
     if which == NONE:
         return f"build-kernel: build.ninja: no prediction for its {len(edges)} compile(s): CMake's order"
@@ -192,6 +190,14 @@ def _replace(path: str, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _write_json(path: str, data: Mapping[str, Any]) -> None:
+    """Written beside and renamed over: a reader (the governor's thread) never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=".edges.", dir=os.path.dirname(path) or ".")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
 
 
 def _folder(args: Sequence[str]) -> str:
@@ -259,7 +265,7 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
-def predictions(db: Path, shipped: Path | None, strip: Sequence[Path]) -> dict[str, Any]:
+def predictions(db: Path, shipped: Path | None, strip: Sequence[Path | str]) -> dict[str, Any]:
     """What the wrapper orders by: the recorded profile's p90 wall per (source, digest) and per source, the
     shipped file's; `strip`: the recorder's --strip roots (the source tree first), to name sources as it does."""
     from build_kernel.stages.build import profile
@@ -299,9 +305,10 @@ def preview(data: Mapping[str, Any], n: int = 5) -> dict[str, Any]:
 def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Mapping[str, Any]) -> Path:
     """Write the predictions and the CMAKE_MAKE_PROGRAM script that orders `build_dir` before running `ninja`."""
     folder.mkdir(parents=True, exist_ok=True)
-    data_file = folder / FILE
+    data_file, edges = folder / FILE, folder / EDGES
+    edges.unlink(missing_ok=True)  # an earlier configure's list is not this build's
     tmp = data_file.with_name(f".{FILE}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps({**data, "edges_file": str(edges)}, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, data_file)
     script = folder / "ninja"
     command = shlex.join([python, "-S", HERE, "--predictions", str(data_file), "--build-dir", str(build_dir),

@@ -1,6 +1,6 @@
 """The profile recorder: a compiler launcher that measures each compile into the profile.
 
-    python -S .../build_kernel/stages/build/recorder.py --db PATH [--strip DIR]... -- [cache launcher] compiler args...
+    python -S .../build_kernel/stages/build/recorder.py --db PATH [--strip [LABEL=]DIR]... -- [cache launcher] compiler args...
     (or python -m build_kernel.stages.build.recorder ...: the same, 0.5-1 s slower to start)
 
 CMake puts it in front of every CUDA/C++ compile (`CMAKE_<LANG>_COMPILER_LAUNCHER`), before
@@ -98,11 +98,42 @@ class Described:
         return f"Described{self._key()!r}"
 
 
+def _root(entry: str) -> tuple[str | None, str]:
+    """A --strip entry: `DIR` (absolute) or `LABEL=DIR`, whose files are named `LABEL/...`."""
+    if not entry.startswith("/") and "=" in entry:
+        label, root = entry.split("=", 1)
+        return label, root.rstrip("/")
+    return None, entry.rstrip("/")
+
+
 def _rel(path: str, strip: Sequence[str]) -> str:
-    for i, root in enumerate(strip):
-        if path.startswith(root.rstrip("/") + "/"):
-            return path[len(root.rstrip("/")) + 1:] if i == 0 else f"<{i}>/{path[len(root.rstrip('/')) + 1:]}"
+    """`path` named as the profile names it: relative to the first root, `LABEL/...` under a labelled
+    one (a dependency by its name, not its cache folder: the same across machines and pins), else `<i>/...`."""
+    for i, entry in enumerate(strip):
+        label, root = _root(entry)
+        if path.startswith(root + "/"):
+            rest = path[len(root) + 1:]
+            return rest if i == 0 and label is None else f"{label or f'<{i}>'}/{rest}"
     return path
+
+
+def compiled(command: str | Sequence[str], strip: Sequence[str] = ()) -> Described | None:
+    """What a compile command compiles: a shell string (build.ninja's, `ninja -t compdb`'s), or the argv of
+    a job ninja started (`/bin/sh -c "..."`, or the command itself once the shell exec'd it); the
+    recorder's own arguments skipped. None when it compiles no source (or its quoting cannot be read)."""
+    import shlex
+
+    words = list(command) if not isinstance(command, str) else ["sh", "-c", command]
+    if len(words) >= 3 and os.path.basename(words[0]) in ("sh", "bash", "dash") and words[1] == "-c":
+        try:
+            words = shlex.split(words[2])
+        except ValueError:
+            return None
+    mine = next((i for i, w in enumerate(words) if os.path.basename(w) == "recorder.py"), None)
+    if mine is not None and "--" in words[mine:]:
+        words = words[words.index("--", mine) + 1:]
+    described = describe(words, strip)
+    return described if described.source else None
 
 
 def describe(cmd: Sequence[str], strip: Sequence[str] = ()) -> Described:
@@ -127,8 +158,9 @@ def describe(cmd: Sequence[str], strip: Sequence[str] = ()) -> Described:
             continue
         if word == source or word in ("-MD", "-MMD") or word.startswith(("-MF", "-MT", "-MQ", "-Xcompiler=-M")):
             continue
-        for root in strip:
-            word = word.replace(root.rstrip("/"), "<root>")
+        for entry in strip:
+            label, root = _root(entry)
+            word = word.replace(root, f"<{label}>" if label else "<root>")
         flags.append(word)
     joined = " ".join(words)
     archs = sorted({a for m in re.finditer(_ARCH, joined) for a in m.group(1).split(",") if a.startswith("sm_")})
@@ -305,7 +337,7 @@ def record(cmd: Sequence[str], db: str | os.PathLike[str], strip: Sequence[str] 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" not in args:
-        print("usage: python -S recorder.py --db PATH [--strip DIR]... -- COMMAND...", file=sys.stderr)
+        print("usage: python -S recorder.py --db PATH [--strip [LABEL=]DIR]... -- COMMAND...", file=sys.stderr)
         return 2
     split = args.index("--")
     opts, cmd = args[:split], args[split + 1:]

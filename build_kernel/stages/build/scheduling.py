@@ -3,7 +3,10 @@
 `[build] profile = true` puts the recorder in front of every CUDA/C++ compile, composed
 with the compile-cache launcher when there is one:
 
-    CMAKE_<LANG>_COMPILER_LAUNCHER = <python>;-S;<...>/recorder.py;--db;<db>;--strip;<src>;--;<cache launcher...>
+    CMAKE_<LANG>_COMPILER_LAUNCHER = <python>;-S;<...>/recorder.py;--db;<db>;--strip;<src>;--strip;deps/<name>=<dir>;...;--;<cache launcher...>
+
+(sources named relative to the tree, a dependency's as `deps/<its FetchContent name>/...`, so that a
+profile measured on another machine, cache folder or dependency pin names them alike)
 
 (the recorder by its path, not `-m`: see recorder.py for the start-up cost that avoids)
 
@@ -18,7 +21,7 @@ start longest first by the recorded (else the recipe's shipped) compile times.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +48,21 @@ def default_bytes(plan: Plan) -> int:
     return int(b.job_memory_gb * max(1, min(b.nvcc_threads, len(plan.archs))) * GB)
 
 
+DEP_DIR = "FETCHCONTENT_SOURCE_DIR_"
+
+
+def strip_roots(src: Path, defines: Mapping[str, str]) -> list[str]:
+    """The recorder's --strip roots: the source tree, then each pre-fetched dependency as `deps/<name>=<dir>`."""
+    deps = sorted((k[len(DEP_DIR):].lower(), v) for k, v in defines.items() if k.startswith(DEP_DIR) and v)
+    return [str(src), *(f"deps/{name}={folder}" for name, folder in deps)]
+
+
 def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, str]) -> dict[str, str]:
     """`defines` with the recorder in front of each language's launcher (the cache's, if any)."""
     if not plan.recipe.build.profile:
         return dict(defines)
-    recorder = [python, "-S", RECORDER, "--db", str(db_path(plan)), "--strip", str(src), "--"]
+    strip = [w for root in strip_roots(src, defines) for w in ("--strip", root)]
+    recorder = [python, "-S", RECORDER, "--db", str(db_path(plan)), *strip, "--"]
     out = dict(defines)
     for lang in LANGUAGES:
         key = f"CMAKE_{lang}_COMPILER_LAUNCHER"
@@ -73,7 +86,7 @@ def make_program(plan: Plan, python: str, ninja: str | None, work: Path, src: Pa
     if not real:
         return dict(defines)  # no ninja found: scikit-build-core says so
     shipped = Path(plan.recipe.build.order_profile) if plan.recipe.build.order_profile else None
-    data = ninja_order.predictions(db_path(plan), shipped, [src])
+    data = ninja_order.predictions(db_path(plan), shipped, strip_roots(src, defines))
     script = ninja_order.install(work / "bin", python=python, ninja=real, build_dir=work / "cmake", data=data)
     return {**defines, "CMAKE_MAKE_PROGRAM": str(script)}
 
@@ -86,12 +99,12 @@ class Scheduling:
 
 
 def governor(folder: Path, *, budget: int, predictions: dict[str, int], default: int, max_jobs: int,
-             available: Callable[[], int], reserve: int) -> jobserver.Governor:
+             available: Callable[[], int], reserve: int, edges: Path | None = None,
+             strip: Sequence[str] = ()) -> jobserver.Governor:
     """The governor as the build runs it (the bench uses this too): TUs the profile does not know may
-    still come (complete=False), and each free slot is charged the heaviest left (order=None: the
-    edge order is by time, ninja_order's, not by memory, which the per-slot charge would need)."""
+    come (complete=False) until the ninja wrapper lists the configured build's compiles in `edges`."""
     return jobserver.Governor(folder, budget=budget, predictions=predictions, default=default, complete=False,
-                              max_jobs=max_jobs, available=available, reserve=reserve, order=None)
+                              max_jobs=max_jobs, available=available, reserve=reserve, edges=edges, strip=strip)
 
 
 def setting(plan: Plan) -> tuple[str, str]:
@@ -103,7 +116,7 @@ def setting(plan: Plan) -> tuple[str, str]:
     return plan.recipe.build.scheduler, "the recipe" if said else "the default"
 
 
-def choose(plan: Plan, ninja_version: str | None, work: Path) -> Scheduling:
+def choose(plan: Plan, ninja_version: str | None, work: Path, strip: Sequence[str] = ()) -> Scheduling:
     """The governor when asked for (or `auto`) and ninja can follow it; the static job count otherwise."""
     name, where = setting(plan)
     if name not in SCHEDULERS:
@@ -128,7 +141,7 @@ def choose(plan: Plan, ninja_version: str | None, work: Path) -> Scheduling:
     ceiling = plan.resources.cpus if plan.jobs.source == "auto" else min(plan.resources.cpus, plan.jobs.jobs)
     gov = governor(work / "jobserver", budget=budget, predictions={t.source: t.peak_bytes for t in tus},
                    default=default_bytes(plan), max_jobs=ceiling, available=lambda: probe().memory_bytes,
-                   reserve=reserve)
+                   reserve=reserve, edges=work / "bin" / ninja_order.EDGES, strip=strip)
     known = sum(1 for t in tus if t.how.startswith("profile"))
     from_shipped = sum(1 for t in tus if t.how == "shipped profile")
     why = (f"governor: jobserver FIFO, a compile starts while free memory ({plan.resources.memory_why}) - "
