@@ -163,6 +163,28 @@ def test_a_job_seen_before_its_exec_still_counts_as_started_once_it_runs(tmp_pat
         parent.stdin.close()
 
 
+def test_jobs_are_the_children_of_the_real_ninja_under_a_wrapper_named_ninja(tmp_path: Path) -> None:
+    """PyPI's `ninja` console entry point runs the real binary as its child: both are called ninja."""
+    inner = tmp_path / "real" / "ninja"
+    inner.parent.mkdir()
+    inner.symlink_to(sys.executable)
+    # The TU's name only in the job's own command line (by environment), not in the real ninja's.
+    job = "import os, subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)', os.environ['TU']])"
+    wrapper = tmp_path / "ninja"
+    wrapper.write_text(f"#!/bin/sh\n{inner} -c \"{job}\"\n")
+    wrapper.chmod(0o755)
+    outer = subprocess.Popen([str(wrapper)], start_new_session=True, env={**os.environ, "TU": "mid_a.cu"})
+    try:
+        gov = _governor(tmp_path / "gov", lambda: CAP, root_pid=outer.pid)
+        deadline = time.monotonic() + 10
+        while not [j for j in gov._scan() if j.key] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [j.key for j in gov._scan()] == ["mid_a.cu"] and gov.stats.started == ["mid_a.cu"]
+    finally:
+        os.killpg(outer.pid, signal.SIGKILL)
+        outer.wait()
+
+
 def _ninja(group: Path, folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     assert NINJA is not None
     return subprocess.run(cgroup.in_cgroup(group, [NINJA, "-C", str(folder), *args]), env=env, text=True,

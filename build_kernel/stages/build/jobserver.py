@@ -46,6 +46,8 @@ from pathlib import Path
 from build_kernel.stages.build.recorder import _children, compiled, tree_rss
 
 INTERVAL_S = 0.05
+TRACE_S = 5.0  # a line of the trace at least this often, and at every grant or take-back
+TRACE = "trace.jsonl"
 JOBSERVER_NINJA = (1, 13)
 
 
@@ -85,6 +87,12 @@ class Stats:
     started: list[str] = field(default_factory=list)
     error: str = ""
 
+    def summary(self) -> str:
+        """One line for the build's log: what the governor did, and why it stopped if it did."""
+        return (f"governor: {self.granted} token(s) granted, {self.reclaimed} taken back, at most "
+                f"{self.max_jobs_seen} compile(s) at once, {len(self.started)} started"
+                + (f"; stopped handing out tokens: {self.error}" if self.error else ""))
+
 
 class Governor:
     def __init__(self, folder: Path, *, budget: int, predictions: Mapping[str, int], default: int, complete: bool,
@@ -108,6 +116,11 @@ class Governor:
         self._tokens_out = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="jobserver", daemon=True)
+        # Why the build runs as many compiles as it does: a JSON line per decision that moved a token,
+        # and one every TRACE_S seconds (`build-kernel` keeps it beside the FIFO).
+        self.trace_path = folder / TRACE
+        self._traced = 0.0
+        self._t0 = time.monotonic()
 
     @property
     def makeflags(self) -> str:
@@ -116,6 +129,7 @@ class Governor:
     def __enter__(self) -> Governor:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
+        self.trace_path.unlink(missing_ok=True)
         os.mkfifo(self.path, 0o600)
         # Held open read-write: ninja's opens never block or see EOF, and we can take tokens back.
         self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
@@ -189,7 +203,10 @@ class Governor:
         while todo:
             pid = todo.pop()
             kids = _children(pid)
-            if _comm(pid) == "ninja":
+            # The innermost ninja: a wrapper named ninja (a launcher script, PyPI's console entry point)
+            # has the real one as its child, another program; a child ninja has forked and not yet
+            # exec'd is the same program as its parent, and one of its jobs.
+            if _comm(pid) == "ninja" and not any(_comm(k) == "ninja" and _exe(k) != _exe(pid) for k in kids):
                 jobs.extend(self._job(k) for k in kids)
             else:
                 todo.extend(kids)
@@ -237,14 +254,32 @@ class Governor:
             self.stats.reclaimed += got
         self.stats.max_jobs_seen = max(self.stats.max_jobs_seen, len(running))
         self.stats.max_tokens_out = max(self.stats.max_tokens_out, self._tokens_out)
+        self._trace(state, move)
         return move
+
+    def _trace(self, s: State, move: int) -> None:
+        now = time.monotonic()
+        if not move and now - self._traced < TRACE_S:
+            return
+        self._traced = now
+        slots = 1 + s.tokens_out
+        line = {"t": round(now - self._t0, 2), "move": move, "slots": slots, "in_pipe": s.in_pipe,
+                "running": [j.key for j in s.running], "waiting": sum(s.waiting.values()),
+                "complete": self.complete, "bound_gb": round(self.bound(s, slots) / 1e9, 2),
+                "next_bound_gb": round(self.bound(s, slots + 1) / 1e9, 2), "budget_gb": round(self.budget / 1e9, 2),
+                "free_gb": round(s.free / 1e9, 2)}
+        try:
+            with self.trace_path.open("a") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError:
+            pass  # a trace, never a reason to stop governing
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
                 move = self.step()
-            except OSError as exc:  # memory no longer readable (the cgroup went away): hand out no more
-                self.stats.error = str(exc)
+            except Exception as exc:  # memory no longer readable (the cgroup went away), or a defect: hand out no more
+                self.stats.error = f"{type(exc).__name__}: {exc}"
                 return
             # A grant is re-checked at once: a build start can open many slots in a few steps.
             if move <= 0:
@@ -257,6 +292,13 @@ def _comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as fh:
             return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return ""
 

@@ -158,8 +158,11 @@ def running(s: Scheduling) -> Iterator[dict[str, str]]:
     if s.governor is None:
         yield {}
         return
-    with s.governor as gov:
-        yield {"MAKEFLAGS": gov.makeflags, "CMAKE_BUILD_PARALLEL_LEVEL": ""}
+    try:
+        with s.governor as gov:
+            yield {"MAKEFLAGS": gov.makeflags, "CMAKE_BUILD_PARALLEL_LEVEL": ""}
+    finally:
+        log.info(f"{s.governor.stats.summary()} (trace: {s.governor.trace_path})")
 
 
 def eta(tus: list[planner.TU], jobs: int) -> planner.EtaFromLines:
