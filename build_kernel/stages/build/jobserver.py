@@ -111,7 +111,7 @@ class Governor:
         self.edges, self.strip, self._edges_mtime = edges, list(strip), -1
         # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu` (the fallback match).
         self._keys = sorted(self.predictions, key=len, reverse=True)
-        self._known: dict[int, str] = {}
+        self._key_of_pid: dict[int, str] = {}
         self._fd = -1
         self._tokens_out = 0
         self._stop = threading.Event()
@@ -216,7 +216,7 @@ class Governor:
         # Only a match is remembered: a child read between ninja's fork and its exec still shows
         # ninja's own command line, and a `None` kept from then would never count that TU as
         # started and charge it the default rather than its prediction.
-        key = self._known.get(pid)
+        key = self._key_of_pid.get(pid)
         if key is None:
             argv = _argv(pid)
             described = compiled(argv, self.strip) if argv else None
@@ -226,7 +226,7 @@ class Governor:
                 cmdline = " ".join(argv)
                 key = next((k for k in self._keys if k in cmdline), described.source if described else None)
             if key is not None:
-                self._known[pid] = key
+                self._key_of_pid[pid] = key
                 self.stats.started.append(key)
                 if self.waiting[key] > 0:
                     self.waiting[key] -= 1
@@ -309,7 +309,8 @@ def _argv(pid: int) -> list[str]:
             raw = fh.read()
     except OSError:
         return []
-    return raw.decode(errors="replace").split("\0")[:-1] if raw.endswith(b"\0") else raw.decode(errors="replace").split("\0")
+    text = raw.decode(errors="replace")
+    return text.removesuffix("\0").split("\0") if text else []
 
 
 def _cmdline(pid: int) -> str:

@@ -284,7 +284,7 @@ def predictions(db: Path, shipped: Path | None, strip: Sequence[Path | str]) -> 
                 exact[f"{source}\t{digest}"] = est.wall_s
         if (wall := profile.estimate(mine, source, None, default_mb=0).wall_s) is not None:
             anyflags[source] = wall
-    return {"strip": [str(p) for p in strip], "recorder": str(Path(HERE).with_name("recorder.py")),
+    return {"strip": [str(p) for p in strip],
             "recorded": {"exact": exact, "any": anyflags}, "shipped": read_shipped(shipped) if shipped else {},
             "shipped_file": str(shipped) if shipped else None}
 
