@@ -92,8 +92,11 @@ def _project(root: Path) -> Path:
     src.mkdir(parents=True)
     for name, i in SOURCES.items():
         (src / name).write_text(f"int f{i}() {{ return {i}; }}\n")
+    # A target the default build leaves out (as sgl-kernel's sm90 variant when no 9.x arch is asked).
+    (src / "unbuilt.cpp").write_text("int g() { return 0; }\n")
     (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.20)\nproject(t CXX)\n"
-                                        f"add_library(t SHARED {' '.join(SOURCES)})\n")
+                                        f"add_library(t SHARED {' '.join(SOURCES)})\n"
+                                        "add_library(unbuilt SHARED EXCLUDE_FROM_ALL unbuilt.cpp)\n")
     return src
 
 
@@ -128,13 +131,20 @@ def test_cmake_manifest_longest_first_by_shipped_then_recorded_profile(tmp_path:
     # CMake orders it itself: right after generating it runs the script with `-t restat build.ninja`.
     _configure(src, build, script, db)
     assert _object_order(build) == ["d.cpp", "b.cpp", "a.cpp", "c.cpp"]  # predicted first, the rest in CMake's order
-    # ... and lists the configured build's compiles for the governor (all of them, predicted or not).
-    assert json.loads((tmp_path / "bin" / ninja_order.EDGES).read_text()) == {"sources": sorted(SOURCES)}
+    # ... and lists the compiles the build will run for the governor (predicted or not; not those of a
+    # target outside `all`, which would count as still to come for the whole build).
+    edges = tmp_path / "bin" / ninja_order.EDGES
+    assert json.loads(edges.read_text()) == {"sources": sorted(SOURCES)}
+    # A build of named targets: the list is theirs.
+    subprocess.run([str(script), "-C", str(build), "-n", "unbuilt"], capture_output=True, text=True, check=True)
+    assert json.loads(edges.read_text()) == {"sources": ["unbuilt.cpp"]}
+    subprocess.run([str(script), "-C", str(build), "-t", "restat", "build.ninja"], capture_output=True, check=True)
+    assert json.loads(edges.read_text()) == {"sources": sorted(SOURCES)}
     # The rewrite does not make build.ninja look out of date (ninja would re-run CMake).
     explained = _ninja(build, "-n", "-d", "explain", "build.ninja")
     assert "no work to do" in explained and "dirty" not in explained
     out = subprocess.run([str(script), "-C", str(build), "-j1"], capture_output=True, text=True, check=True).stderr
-    assert "4 compile(s) in order, longest first by the shipped profile (2 predicted; first d.cpp 30 s, b.cpp 20 s)" in out
+    assert "5 compile(s) in order, longest first by the shipped profile (2 predicted; first d.cpp 30 s, b.cpp 20 s)" in out
     assert _compiled(build, 4) == ["d.cpp", "b.cpp", "a.cpp", "c.cpp"]
     assert "no work to do" in _ninja(build)  # reordering made nothing dirty
 
@@ -207,6 +217,12 @@ def test_plan_says_what_orders_the_compiles(project: Path, tmp_path: Path) -> No
                                  {"source": "csrc/light.cu", "seconds": 2.0}]}
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
     assert "longest first by the recorded profile: csrc/heavy.cu 30 s" in text
+
+
+def test_targets_of_a_ninja_command_line() -> None:
+    assert ninja_order.targets_of(["-C", "build", "-j", "4", "-v"]) == []  # the defaults
+    assert ninja_order.targets_of(["-C", "build", "-j4", "-k", "0", "install", "all"]) == ["install", "all"]
+    assert ninja_order.targets_of(["-t", "restat", "build.ninja"]) == []  # a tool run builds nothing
 
 
 def test_the_profile_that_knows_more_edges_orders_the_build() -> None:

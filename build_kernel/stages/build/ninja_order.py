@@ -51,7 +51,7 @@ else:  # run by path with -S (see above): the recorder beside this file, without
 
 HERE = str(Path(__file__).resolve())
 FILE = "ninja-order.json"
-# Every compile of the configured build, by source (one entry per edge): the governor's complete TU list.
+# Every compile the build runs, by source (one entry per edge): the governor's complete TU list.
 EDGES = "ninja-edges.json"
 RECORDED, SHIPPED, NONE = "recorded profile", "shipped profile", "none"
 _SCOPED = ("rule ", "pool ")  # statements whose indented lines are theirs
@@ -157,14 +157,43 @@ def choose(edges: Mapping[str, tuple[str, str]], data: Mapping[str, Any]) -> tup
     return NONE, dict.fromkeys(edges)
 
 
-def order(folder: str, ninja: str, data: Mapping[str, Any]) -> str:
+def built(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[str]) -> list[str]:
+    """The sources this ninja run compiles: `targets` (ninja's defaults when none) and what they need.
+    Not compdb's list, which also holds targets CMake leaves out of `all` (sgl-kernel's sm90 variant
+    when no 9.x arch is asked, FA3, FlashMLA): counted as still to come, those would hold the governor's
+    bound up for the whole build."""
+    listed = subprocess.run([ninja, "-C", folder, "-t", "commands", *targets], capture_output=True, text=True,
+                            check=True).stdout
+    return sorted(d.source for line in listed.splitlines() if (d := compiled(line, data["strip"])) is not None)
+
+
+def targets_of(args: Sequence[str]) -> list[str]:
+    """The targets a ninja command line builds ([] for its defaults, and for a tool run such as CMake's
+    `-t restat`, which builds nothing: the next build's defaults are what will run)."""
+    if "-t" in args:
+        return []
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out
+
+
+_WITH_VALUE = ("-C", "-f", "-j", "-k", "-l", "-d", "-t", "-w")
+
+
+def order(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[str] = ()) -> str:
     """Order folder/build.ninja (rewritten only when that changes it); one line saying how."""
     path = os.path.join(folder, "build.ninja")
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
         text = fh.read()
     edges = compiles(folder, ninja, data)
     if data.get("edges_file"):
-        _write_json(data["edges_file"], {"sources": sorted(src for src, _ in edges.values())})
+        _write_json(data["edges_file"], {"sources": built(folder, ninja, data, targets)})
     which, seconds = choose(edges, data)
     if which == NONE:
         return f"build-kernel: build.ninja: no prediction for its {len(edges)} compile(s): CMake's order"
@@ -220,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "--version" not in rest and folder == os.path.realpath(opts["--build-dir"]):
         try:
             with open(opts["--predictions"]) as fh:
-                said = order(folder, ninja, json.load(fh))
+                said = order(folder, ninja, json.load(fh), targets_of(rest))
         except (OSError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
             # Order is an optimisation: a build must never fail for want of it.
             said = f"build-kernel: warning: build.ninja left in CMake's order ({type(exc).__name__}: {exc})"
