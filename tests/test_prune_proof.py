@@ -88,14 +88,18 @@ def _wheel_with_library(template: Path, so: Path, out: Path) -> Path:
     return target
 
 
-def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str) -> Path:
-    """activation.cu alone, for sm_120a, into a shared library, with the nvcc the demo wheel was built with."""
+def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str, batch: bool = False) -> Path:
+    """activation.cu alone, for sm_120a, into a shared library, with the nvcc the demo wheel was built with;
+    `batch`: compiled as a unity batch that #includes it, as sgl-kernel's csrc/unity files do."""
     with zipfile.ZipFile(demo_build.wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))
         nvcc = json.loads(zf.read(name))["toolchain"]["nvcc"]
     folder.mkdir(parents=True)
     source = folder / "activation.cu"  # compiled from its own folder, as a build tree would
     shutil.copy(REPO_ROOT / "examples/minikernel/csrc/activation.cu", source)
+    if batch:
+        source = folder / "batch_1.cu"
+        source.write_text('#include "activation.cu"\n')
     so = folder / "common_ops.so"
     subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-gencode=arch=compute_120a,code=sm_120a",
                     "-I", str(REPO_ROOT / "examples/minikernel/include"), *flags, str(source), "-o", str(so)],
@@ -124,6 +128,36 @@ def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild
                               "library (first: ")
     first = lib.differing[0].first
     assert first.startswith("instruction ") and ": pruned `" in first and "unpruned `" in first
+
+
+def test_a_batched_build_is_proven_across_translation_units(demo_build: DemoBuild, tmp_path: Path) -> None:
+    # Real compiles: activation.cu alone, and #included by a unity batch; nvcc names its anonymous namespace
+    # after the file it compiles, so the kernels only match once the TU's name is normalised.
+    plain = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "a"), tmp_path / "wa")
+    batched = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "b", batch=True),
+                                  tmp_path / "wb")
+    strict = prune_proof.prove(batched, plain, FP4, env=os.environ)
+    [lib] = [lib for lib in strict.libraries if lib.path == "minikernel/sm100/common_ops.so"]
+    assert not strict.passed and len(lib.missing) == 3 and all("batch_1_cu" in m for m in lib.missing)
+    across = run_cli("--json", "prune-proof", str(batched), "--against", str(plain), "--across-tus")
+    assert across.returncode == 0, across.stdout + across.stderr
+    [lib_data] = [x for x in json.loads(across.stdout)["libraries"] if x["path"] == "minikernel/sm100/common_ops.so"]
+    assert lib_data["identical"] == lib_data["functions_pruned"] == 3 and not lib_data["missing"]
+
+
+def test_names_across_translation_units_and_bank_index_immediates() -> None:
+    # Real names: topk_kernel of topk.cu (the unbatched 12.0a build) and of the batch that #includes it.
+    alone = "_ZN39_GLOBAL__N__9fe90409_7_topk_cu_e84ba85211topk_kernelENS_14FastTopKParamsE"
+    batched = "_ZN43_GLOBAL__N__5c0ffee1_10_batch_1_cu_2cab6b4011topk_kernelENS_14FastTopKParamsE"
+    assert prune_proof.untag(alone) != prune_proof.untag(batched)
+    assert prune_proof.untag_tu(alone) == prune_proof.untag_tu(batched) == "_ZN~_GLOBAL__N__~11topk_kernelENS_14FastTopKParamsE"
+    static = "_ZN45_INTERNAL_02384fa1_14_gguf_kernel_cu_cd24131917vec_dot_q2_K_q8_1Ev"
+    assert prune_proof.untag_tu(static) == "_ZN~_INTERNAL_~17vec_dot_q2_K_q8_1Ev"
+    assert prune_proof.untag_tu("_ZN18_GLOBAL__N__93fb1d96_1kEv") == "_ZN18_GLOBAL__N__~_1kEv"  # no TU name in it
+    # A bank-4 offset spelled as an immediate and a register index (build_tree_efficient, batched vs not).
+    body = ["MOV R8, 0x148 ;", "CS2R R6, SRZ ;", "LDC.64 R8, c[0x4][R8] ;", "MOV R9, 0x10 ;", "LDC R2, c[0x0][R9] ;",
+            "MOV R3, 0x20 ;", "IADD3 R4, R3, 0x1, RZ ;"]
+    assert prune_proof.bank_index_immediates(body) == ["MOV R8, ~", *body[1:]]  # bank 0 and plain moves kept
 
 
 def test_nvcc_compilation_tags_are_normalised_in_names() -> None:

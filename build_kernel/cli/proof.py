@@ -35,16 +35,19 @@ def _table(proof: Proof) -> Table:
 @click.argument("pruned", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--against", "unpruned", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The unpruned wheel: the same commit and archs, built without the arch-pruning patch.")
+@click.option("--across-tus", is_flag=True,
+              help="Match file-local (anonymous-namespace, static) functions across translation units: for a "
+                   "wheel whose sources were compiled in batches (unity files), which nvcc names after the batch.")
 @shared_options
 @click.pass_obj
-def prune_proof_cmd(opts: Options, pruned: Path, unpruned: Path) -> None:
+def prune_proof_cmd(opts: Options, pruned: Path, unpruned: Path, across_tus: bool) -> None:
     """Prove PRUNED holds only functions of UNPRUNED, with the same SASS, and as many FP4 opcodes
     (the recipe's [verify] fp4_sass; without --recipe no FP4 counts are compared)."""
     from build_kernel import recipe
     from build_kernel.stages.verify import prune_proof
 
     patterns = recipe.load(opts.recipe).verify.fp4_sass if opts.recipe else ()
-    proof = prune_proof.prove(pruned, unpruned, patterns, env=opts.env)
+    proof = prune_proof.prove(pruned, unpruned, patterns, env=opts.env, across_tus=across_tus)
     emit(opts, proof.to_dict(), _table(proof))
     if not proof.passed:
         sys.exit(7)

@@ -42,6 +42,13 @@ from build_kernel.stages.verify.checks import unpack
 # - nvcc's per-compilation tag in internal-linkage names, `_INTERNAL_02384fa1_14_gguf_kernel_cu_cd241319`
 #   -> `_INTERNAL_~_14_gguf_kernel_cu_~`: the same kind of tag (seen: the real 12.0a pair, 129 gguf
 #   and other `static` kernels of unpruned files looked missing);
+# - a register index into a bank other than 0 set by an immediate just before, `MOV R8, 0x148` then
+#   `LDC.64 R8, c[0x4][R8]` -> `MOV R8, ~`: the same layout-dependent offset as above, spelled in two
+#   instructions (seen: the real 12.0a pair with the small TUs batched, build_tree_efficient);
+# - with `across_tus` (a build that compiles several sources as one TU: unity batches), the TU's own
+#   name in anonymous-namespace and internal-linkage names, `_ZN39_GLOBAL__N__9fe90409_7_topk_cu_e84ba852`
+#   -> `_ZN~_GLOBAL__N__~`: nvcc names them after the file it compiled, the batch, not the file that
+#   holds the function (a same-named function of two files is then one name with two bodies).
 # Branch targets (`BRA 0x180`) are kept: cuobjdump prints them relative to the function's own
 # section, so identical code has identical targets and a changed jump is a real difference.
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*(?:/\* 0x[0-9a-f]+ \*/)?\s*$")
@@ -55,6 +62,12 @@ _ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
 # the next mangled name starts with digits a greedy hex match would take.
 _INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_(\d+)_")
 _INTERNAL_TAIL = re.compile(r"_[0-9a-f]{8}")
+# The whole namespace of `across_tus`: `<length>_GLOBAL__N__<tag>_<n>_<file name, n characters>_<8-hex>`.
+_ANON_TU = re.compile(r"(\d+)_GLOBAL__N__[0-9a-f]+_(\d+)_")
+_INTERNAL_TU = re.compile(r"(\d+)_INTERNAL_[0-9a-f]+_(\d+)_")
+_BANK_INDEX = re.compile(r"c\[0x0*[1-9a-f][0-9a-f]*\]\[(U?R\d+)\]")
+_MOV_IMM = re.compile(r"^((?:@!?U?P\w+\s+)?U?MOV\S*\s+(U?R\d+),\s*)0x[0-9a-f]+$")
+_BACK = 8  # how far back the immediate of a bank index is looked for
 
 
 def untag(name: str) -> str:
@@ -71,6 +84,35 @@ def untag(name: str) -> str:
         out += [name[pos:m.start()], f"_INTERNAL_~_{m.group(1)}_{name[m.end():end]}_~"]
         pos = tail.end()
     return "".join(out) + name[pos:]
+
+
+def untag_tu(name: str) -> str:
+    """`untag` that also drops the TU's own name (see `across_tus` above); the length prefix goes too."""
+    out, pos = [], 0
+    for m in sorted([*_ANON_TU.finditer(name), *_INTERNAL_TU.finditer(name)], key=lambda m: m.start()):
+        if m.start() < pos:
+            continue
+        end = m.end() + int(m.group(2))
+        tail = _INTERNAL_TAIL.match(name, end)
+        if tail is None or tail.end() - m.start(1) - len(m.group(1)) != int(m.group(1)):
+            continue  # not a whole length-prefixed namespace: left to untag
+        kind = "_GLOBAL__N__" if "_GLOBAL__N__" in m.group(0) else "_INTERNAL_"
+        out += [name[pos:m.start()], f"~{kind}~"]
+        pos = tail.end()
+    return untag("".join(out) + name[pos:])
+
+
+def bank_index_immediates(instructions: list[str]) -> list[str]:
+    """Each `MOV Rn, 0x…` whose register indexes a bank other than 0 within the next few instructions,
+    with its immediate as `~` (see above)."""
+    out = list(instructions)
+    for i, text in enumerate(instructions):
+        for reg in _BANK_INDEX.findall(text):
+            for j in range(i - 1, max(-1, i - 1 - _BACK), -1):
+                if (m := _MOV_IMM.match(out[j].rstrip(" ;"))) is not None and m.group(2) == reg:
+                    out[j] = f"{m.group(1)}~"
+                    break
+    return out
 
 
 def _bank(m: re.Match[str]) -> str:
@@ -111,16 +153,17 @@ class Disassembly:
         return sum(len(bodies) for bodies in self.functions.values())
 
 
-def parse(lines: Iterable[str], patterns: tuple[str, ...]) -> Disassembly:
+def parse(lines: Iterable[str], patterns: tuple[str, ...], *, across_tus: bool = False) -> Disassembly:
     """`cuobjdump -sass` text to functions; FP4 opcodes counted per arch as they go by."""
     out = Disassembly()
     compiled = [(p, re.compile(p)) for p in patterns]
     arch, name, body = "", "", list[str]()
+    name_of = untag_tu if across_tus else untag
 
     def close() -> None:
         if not name:
             return
-        text = "\n".join(body)
+        text = "\n".join(normalise(i) for i in bank_index_immediates(body))
         out.functions.setdefault((arch, name), []).append(
             Body(hashlib.blake2b(text.encode(), digest_size=16).digest(), len(body), zlib.compress(text.encode(), 1)))
         for pattern, rx in compiled:
@@ -130,10 +173,10 @@ def parse(lines: Iterable[str], patterns: tuple[str, ...]) -> Disassembly:
     for line in lines:
         if (m := _INSTRUCTION.match(line)) is not None:
             if name:
-                body.append(normalise(m.group(1)))
+                body.append(m.group(1))
         elif (m := _FUNCTION.match(line)) is not None:
             close()
-            name, body = untag(m.group(1)), []
+            name, body = name_of(m.group(1)), []
         elif (m := _ARCH.match(line)) is not None:
             close()
             name, body, arch = "", [], m.group(1)
@@ -230,7 +273,8 @@ def _failures(lib: LibraryProof, unpruned_archs: list[str]) -> list[str]:
     return out
 
 
-def prove(pruned: Path, unpruned: Path, patterns: tuple[str, ...], *, env: Mapping[str, str]) -> Proof:
+def prove(pruned: Path, unpruned: Path, patterns: tuple[str, ...], *, env: Mapping[str, str],
+          across_tus: bool = False) -> Proof:
     """Compare every CUDA library of `pruned` with its counterpart (same path) in `unpruned`."""
     tool = cubins.cuobjdump(env)
     proof = Proof(pruned.name, unpruned.name)
@@ -243,7 +287,8 @@ def prove(pruned: Path, unpruned: Path, patterns: tuple[str, ...], *, env: Mappi
         jobs = [*rel_ours.values(), *(rel_theirs[r] for r in rel_ours if r in rel_theirs)]
         # cuobjdump runs in its own process; the parsing threads share the GIL but overlap with it.
         with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2) or 1) as pool:
-            done = dict(zip(jobs, pool.map(lambda so: parse(cubins.sass_lines(so, tool, env), patterns), jobs),
+            done = dict(zip(jobs, pool.map(lambda so: parse(cubins.sass_lines(so, tool, env), patterns,
+                                                                across_tus=across_tus), jobs),
                             strict=True))
     for rel, so in sorted(rel_ours.items()):
         mine = done[so]
