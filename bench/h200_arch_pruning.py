@@ -17,6 +17,14 @@ log and `rc`) and writes one JSON file. Nothing in it is typed by hand:
     python bench/h200_arch_pruning.py bench/raw/h200-2026-12-01/{a1,b,a2}-raw.tar.gz \
         bench/raw/h200-2026-12-02/{u,p,c}-raw.tar.gz --baseline u \
         --proof bench/raw/h200-2026-12-02/prune-proof-p-vs-u.json [--out bench/results/h200-arch-pruning.json]
+
+The small TUs in batches (series v5, 0007), side by side with v3 on one host (p then b in two calls
+back to back on the same machine; c and c3 in a 32 GiB memory cgroup; u, yesterday's unpruned run on
+another host, only for the estimate of upstream's build):
+
+    python bench/h200_arch_pruning.py bench/raw/h200-2026-12-02-unity/{p,b,c,c3}-raw.tar.gz \
+        bench/raw/h200-2026-12-02/u-raw.tar.gz --baseline p --upstream-from u \
+        --proof bench/raw/h200-2026-12-02-unity/prune-proof-b-vs-p.json --out bench/results/h200-unity-batches.json
 """
 
 from __future__ import annotations
@@ -87,11 +95,12 @@ def run_figures(path: Path) -> dict[str, Any]:
         err = (member(tar, "-build.err") or b"").decode()
         host = (member(tar, "-host.txt") or b"").decode()
         cg_peak, cg_events, cg_before = (member(tar, s) for s in ("-memory.peak", "-memory.events", "-cgroup-before.txt"))
+        trace = member(tar, "-trace.jsonl")
     assert log and db and mem, f"{path}: the raw outputs are incomplete"
     cores = int(host.split()[0]) if host.split() and host.split()[0].isdigit() else CORES
     edges = ninja_edges(log.decode())
     rows = compiles(db)
-    samples = [int(line.split()[1]) for line in mem.decode().splitlines() if line.strip()]
+    samples = [used_bytes(line) for line in mem.decode().splitlines() if line.strip()]
     cpu = sum(r["cpu_s"] for r in rows)
     longest = max(rows, key=lambda r: r["wall_s"])
     span = max(e[1] for e in edges) - min(e[0] for e in edges)
@@ -127,7 +136,22 @@ def run_figures(path: Path) -> dict[str, Any]:
         events = dict(line.split() for line in cg_events.decode().splitlines() if line.strip())
         out["cgroup"] = {"memory_max_gib": round(int(limit.group(1)) / 2**30, 1) if limit else None,
                          "memory_peak_gib": round(int(cg_peak) / 2**30, 1), "oom_kill": int(events["oom_kill"])}
+    if trace:
+        # The governor's own record (<build>/jobserver/trace.jsonl): compiles running and tokens out, also
+        # for a run cut off by the call's limit, whose .ninja_log lacks the compiles still running.
+        steps = [json.loads(line) for line in trace.decode().splitlines() if line.strip()]
+        out["governor"] = {"most_running": max(len(s["running"]) for s in steps),
+                           "most_slots": max(s["slots"] for s in steps),
+                           "waiting_when_listed": next((s["waiting"] for s in steps if s["complete"]), None),
+                           "budget_gb": steps[-1]["budget_gb"], "last_t_s": steps[-1]["t"]}
     return out
+
+
+def used_bytes(line: str) -> int:
+    """Host memory in use from one memory sample: `seconds used [cgroup current]`, or `used` alone where
+    the sampler's clock failed (run b of h200-2026-12-02-unity: the host has no `bc`)."""
+    fields = line.split()
+    return int(fields[1] if len(fields) > 1 else fields[0])
 
 
 def max_overlap(edges: list[tuple[float, float, str]]) -> int:
@@ -143,22 +167,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", nargs="+", type=Path, help="<label>-raw.tar.gz files; the label is the part before -raw")
     parser.add_argument("--proof", type=Path, action="append", default=[], help="prune-proof / verify JSON outputs to embed")
-    parser.add_argument("--baseline", default="a1", help="the label of the unpruned run the others are compared with")
+    parser.add_argument("--baseline", default="a1", help="the label of the run the others are compared with")
+    parser.add_argument("--upstream-from", help="the label of the unpruned run upstream's build is estimated from "
+                                                "(default: the baseline)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h200-arch-pruning.json")
     args = parser.parse_args()
     runs = {p.name.split("-raw")[0]: run_figures(p) for p in args.raw}
     factor, per_tu = upstream_factor()
     result: dict[str, Any] = {"what": __doc__.split("\n\n")[0], "runs": runs,
                               "upstream_estimate": {"factor_7_archs_vs_12_0a": round(factor, 2), "per_tu": per_tu}}
-    base = args.baseline
-    if base in runs:
-        upstream_cpu = runs[base]["compiler_cpu_s"] * factor * 2
+    base, unpruned = args.baseline, args.upstream_from or args.baseline
+    if base in runs and unpruned in runs:
+        upstream_cpu = runs[unpruned]["compiler_cpu_s"] * factor * 2
         result["upstream_estimate"]["compiler_cpu_s"] = round(upstream_cpu)
         for label, r in runs.items():
             if not r["built"]:
                 continue  # a build cut off by the call's limit: its CPU is a part, not the whole
             r["cpu_ratio_upstream_to_this"] = round(upstream_cpu / r["compiler_cpu_s"], 1)
-            if label != base:
+            if label != base and runs[base]["built"]:
                 a = runs[base]
                 r["vs_a"] = {k: round(a[k] / r[k], 2) for k in ("ninja_wall_s", "compiler_cpu_s", "peak_gb") if r[k]}
     result["proofs"] = {p.name: json.loads(p.read_text()) for p in args.proof}
