@@ -167,6 +167,9 @@ def built(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[st
     return sorted(d.source for line in listed.splitlines() if (d := compiled(line, data["strip"])) is not None)
 
 
+_WITH_VALUE = ("-C", "-f", "-j", "-k", "-l", "-d", "-t", "-w")  # ninja's options that take the next word
+
+
 def targets_of(args: Sequence[str]) -> list[str]:
     """The targets a ninja command line builds ([] for its defaults, and for a tool run such as CMake's
     `-t restat`, which builds nothing: the next build's defaults are what will run)."""
@@ -181,9 +184,6 @@ def targets_of(args: Sequence[str]) -> list[str]:
         elif not arg.startswith("-"):
             out.append(arg)
     return out
-
-
-_WITH_VALUE = ("-C", "-f", "-j", "-k", "-l", "-d", "-t", "-w")
 
 
 def order(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[str] = ()) -> str:

@@ -63,8 +63,7 @@ _ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
 _INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_(\d+)_")
 _INTERNAL_TAIL = re.compile(r"_[0-9a-f]{8}")
 # The whole namespace of `across_tus`: `<length>_GLOBAL__N__<tag>_<n>_<file name, n characters>_<8-hex>`.
-_ANON_TU = re.compile(r"(\d+)_GLOBAL__N__[0-9a-f]+_(\d+)_")
-_INTERNAL_TU = re.compile(r"(\d+)_INTERNAL_[0-9a-f]+_(\d+)_")
+_TU_NAMESPACE = re.compile(r"(\d+)(_GLOBAL__N__|_INTERNAL_)[0-9a-f]+_(\d+)_")
 _BANK_INDEX = re.compile(r"c\[0x0*[1-9a-f][0-9a-f]*\]\[(U?R\d+)\]")
 _MOV_IMM = re.compile(r"^((?:@!?U?P\w+\s+)?U?MOV\S*\s+(U?R\d+),\s*)0x[0-9a-f]+$")
 _BACK = 8  # how far back the immediate of a bank index is looked for
@@ -89,15 +88,13 @@ def untag(name: str) -> str:
 def untag_tu(name: str) -> str:
     """`untag` that also drops the TU's own name (see `across_tus` above); the length prefix goes too."""
     out, pos = [], 0
-    for m in sorted([*_ANON_TU.finditer(name), *_INTERNAL_TU.finditer(name)], key=lambda m: m.start()):
+    for m in _TU_NAMESPACE.finditer(name):
         if m.start() < pos:
             continue
-        end = m.end() + int(m.group(2))
-        tail = _INTERNAL_TAIL.match(name, end)
-        if tail is None or tail.end() - m.start(1) - len(m.group(1)) != int(m.group(1)):
+        tail = _INTERNAL_TAIL.match(name, m.end() + int(m.group(3)))
+        if tail is None or tail.end() - m.end(1) != int(m.group(1)):
             continue  # not a whole length-prefixed namespace: left to untag
-        kind = "_GLOBAL__N__" if "_GLOBAL__N__" in m.group(0) else "_INTERNAL_"
-        out += [name[pos:m.start()], f"~{kind}~"]
+        out += [name[pos:m.start()], f"~{m.group(2)}~"]
         pos = tail.end()
     return untag("".join(out) + name[pos:])
 
