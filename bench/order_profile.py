@@ -9,6 +9,8 @@ pre-fetched dependency, longest first. A dependency's source is named as the rec
     python bench/order_profile.py bench/raw/h200-2026-12-01/a1-raw.tar.gz recipes/nightly-cu130.profile.csv
     python bench/order_profile.py --series 'v3 (arch-pruned)' bench/raw/h200-2026-12-02/p-raw.tar.gz \
         recipes/nightly-cu130-pruned.profile.csv
+    python bench/order_profile.py --series 'v6 (arch-pruned, small TUs in batches, sparse FA for 8.x/9.0 only)' \
+        bench/raw/h200-2026-12-02-sparse/b6-raw.tar.gz recipes/nightly-cu130-pruned.profile.csv
 """
 
 from __future__ import annotations

@@ -217,6 +217,10 @@ def test_plan_says_what_orders_the_compiles(project: Path, tmp_path: Path) -> No
                                  {"source": "csrc/light.cu", "seconds": 2.0}]}
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
     assert "longest first by the recorded profile: csrc/heavy.cu 30 s" in text
+    # Nothing to order by: the table names the recipe key to set, brackets and all.
+    bare = write_recipe(project, "bare", demo_recipe_text())
+    text = run_cli("--cache-dir", str(tmp_path / "empty"), "plan", "--recipe", str(bare)).stdout
+    assert "CMake's (no recorded profile, no [build] order_profile)" in " ".join(text.split())
 
 
 def test_targets_of_a_ninja_command_line() -> None:

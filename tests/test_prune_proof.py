@@ -62,6 +62,10 @@ def test_prune_proof_passes_for_pruned_against_unpruned(demo_build: DemoBuild, u
     assert lib["path"] == "minikernel/sm100/common_ops.so" and lib["archs"] == ["sm_120a"]
     # arch_tag's four branch kernels are in the unpruned sm_120a cubin; pruning kept one (120).
     assert lib["functions_unpruned"] - lib["functions_pruned"] == 3 == lib["removed"]
+    # ... and they are named: the three other families' instantiations of the branch kernel.
+    removed = lib["removed_functions"]
+    assert len(removed) == 3 and all(f.startswith("sm_120a ") and "arch_tag_kernel" in f for f in removed)
+    assert not any("ILi120E" in f for f in removed), removed
     assert lib["identical"] == lib["functions_pruned"] and not lib["missing"] and not lib["differing"]
     key = f"sm_120a:{FP4[0]}"
     assert lib["fp4_pruned"][key] == lib["fp4_unpruned"][key] > 0

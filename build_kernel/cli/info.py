@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from build_kernel import recipe, toolchain
@@ -118,7 +119,7 @@ def plan_cmd(opts: Options) -> None:
     data["scheduling"] = sched = _scheduling(p, facts.ninja_version)
     table.add_row("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
                                f"ninja {sched['ninja'] or 'none'})")
-    table.add_row("compile order", _order_row(sched["order"]))
+    table.add_row("compile order", escape(_order_row(sched["order"])))  # "[build]" is not rich markup
     for tu in data["scheduling"]["tus"]:
         table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
     table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")

@@ -4,7 +4,7 @@ A pruned wheel (the arch-dispatch patch: only the asked families' branches insta
 compared with an unpruned build of the same commit and archs: for every library and every
 arch (cubin) of the pruned one, each of its functions must exist in the unpruned library with
 the same SASS, and the FP4 opcode counts (`[verify] fp4_sass`) must be equal per library.
-Functions only the unpruned side has are what pruning removed (counted, not a failure).
+Functions only the unpruned side has are what pruning removed (listed, not a failure).
 
 Each library is disassembled by one streamed `cuobjdump -sass` call (cubins.sass_lines); every
 function is kept as a digest plus its compressed text, so a 16 MB common_ops with 67 cubins
@@ -200,8 +200,9 @@ class LibraryProof:
     # Functions of the pruned library the unpruned one lacks ("arch function"): a failure.
     missing: list[str] = field(default_factory=list)
     differing: list[Difference] = field(default_factory=list)
-    # In the unpruned library only: what pruning removed.
+    # In the unpruned library only: what pruning removed ("arch function", one per copy).
     removed: int = 0
+    removed_functions: list[str] = field(default_factory=list)
     fp4_pruned: dict[str, int] = field(default_factory=dict)
     fp4_unpruned: dict[str, int] = field(default_factory=dict)
 
@@ -233,18 +234,21 @@ def first_difference(ours: Body, theirs: Body) -> str:
 
 def compare(path: str, pruned: Disassembly, unpruned: Disassembly) -> LibraryProof:
     lib = LibraryProof(path, pruned.archs, pruned.count(), unpruned.count())
+    left = {key: list(bodies) for key, bodies in unpruned.functions.items()}
     for (arch, name), bodies in sorted(pruned.functions.items()):
-        left = list(unpruned.functions.get((arch, name), []))
+        theirs = left.get((arch, name), [])
         for body in bodies:
-            same = next((i for i, other in enumerate(left) if other.digest == body.digest), None)
+            same = next((i for i, other in enumerate(theirs) if other.digest == body.digest), None)
             if same is not None:
-                left.pop(same)
+                theirs.pop(same)
                 lib.identical += 1
-            elif not left:
+            elif not theirs:
                 lib.missing.append(f"{arch} {name}")
             else:
-                lib.differing.append(Difference(arch, name, first_difference(body, left.pop(0))))
-    lib.removed = lib.functions_unpruned - lib.identical - len(lib.differing)
+                lib.differing.append(Difference(arch, name, first_difference(body, theirs.pop(0))))
+    # What the unpruned side still holds unmatched is what pruning removed.
+    lib.removed_functions = [f"{arch} {name}" for (arch, name), rest in sorted(left.items()) for _ in rest]
+    lib.removed = len(lib.removed_functions)
     lib.fp4_pruned, lib.fp4_unpruned = pruned.fp4, unpruned.fp4
     return lib
 
