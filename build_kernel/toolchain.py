@@ -270,6 +270,32 @@ def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | Non
     return f"nvcc rejects host compiler {cxx or 'default'}: {reason.strip()} (install a supported gcc and set CXX / CUDAHOSTCXX)"
 
 
+# Flags CMake takes from the environment at configure (CMAKE_<LANG>_FLAGS_INIT, *_LINKER_FLAGS_INIT).
+_FLAG_VARIABLES = ("LDFLAGS", "CXXFLAGS", "CFLAGS", "CUDAFLAGS")
+
+
+def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
+    """Whether the libraries would link libstdc++ shared, as torch does.
+
+    A library linked with libstdc++.a exports its own copy, which mixes with torch's
+    libstdc++.so.6 at run time: its C++ streams crash (verify's `carries its own libstdc++`).
+    Two causes are visible before compiling: -static-libstdc++ (or -static) in the flags CMake
+    takes from the environment, and a compiler that finds no libstdc++.so to link against."""
+    for name in _FLAG_VARIABLES:
+        if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
+            return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
+                    f"torch's libstdc++.so.6; unset it or remove {bad[0]} (e.g. `env -u {name} build-kernel ...`)")
+    compiler = cxx or which("c++", env.get("PATH")) or which("g++", env.get("PATH"))
+    if not compiler:
+        return None  # no compiler: the host-compiler check says so
+    found = process.probe([compiler, "-print-file-name=libstdc++.so"], env=dict(env), merge=False)
+    if found is not None and not Path(found.strip()).is_absolute():
+        return (f"{compiler} finds no libstdc++.so (`{compiler} -print-file-name=libstdc++.so` prints "
+                f"{found.strip()!r}), so it would link libstdc++.a into every library, whose streams crash beside "
+                "torch's libstdc++.so.6: install the compiler's libstdc++ development files (e.g. libstdc++-13-dev)")
+    return None
+
+
 def require(problems: list[str]) -> None:
     if problems:
         raise ToolchainError("; ".join(problems) if len(problems) > 1 else problems[0])

@@ -192,6 +192,9 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
         elif data["cuda_toolkit"]["source"] == "wheels":
             # The wheels replace the system nvcc: its problems are not the build's.
             data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
+        env = {**p.env, **p.build_env()}  # what the build's CMake would read
+        if runtime := toolchain.check_cxx_runtime(env.get("CXX") or facts.gcc, env):
+            data["problems"].append(runtime)
         system = system_deps.check(p.recipe.system, opts.env)
         data["system"] = [st.to_dict() for st in system]
         data["problems"] += [st.problem() for st in system if not st.ok]

@@ -57,15 +57,16 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
 
 
 def _preflight(plan: Plan, selected: toolkit.Selected) -> None:
-    facts = selected.facts
+    facts, environ = selected.facts, selected.environ(plan.env)
     toolchain.require(toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
                                           want_cuda=plan.recipe.toolchain.cuda))
-    host = (toolchain.check_host_compiler(facts.nvcc, plan.env.get("CUDAHOSTCXX") or facts.gcc,
-                                         env=selected.environ(plan.env)) if facts.nvcc else None)
-    if host:
-        toolchain.require([host])
+    host = (toolchain.check_host_compiler(facts.nvcc, plan.env.get("CUDAHOSTCXX") or facts.gcc, env=environ)
+            if facts.nvcc else None)
+    flags = {**environ, **plan.build_env()}  # the recipe's [build] env may set LDFLAGS too
+    runtime = toolchain.check_cxx_runtime(flags.get("CXX") or facts.gcc, flags)  # libstdc++ shared, as torch's
+    toolchain.require([p for p in (host, runtime) if p])
     # Before configure: CMake would stop on it minutes in (mscclpp: "Could NOT find NUMA").
-    toolchain.require(system_deps.problems(plan.recipe.system, selected.environ(plan.env)))
+    toolchain.require(system_deps.problems(plan.recipe.system, environ))
 
 
 def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: bool = False) -> BuildResult:

@@ -64,6 +64,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         libs, aliases = unpack(wheel, site, libraries_only=static)
         static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
         _cuda_linked(report, libs, want_cuda)
+        _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
         if not static:
             _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, cuda_home, libs, env)
@@ -148,6 +149,20 @@ def _no_driver(report: Report, wheel: Path) -> None:
     if carried:
         report.failures.append(f"the wheel carries {', '.join(carried)}: a CUDA driver library must come from the GPU's "
                                "driver, never the wheel (rebuild; a link stub belongs outside the install tree)")
+
+
+def _no_own_libstdcxx(report: Report, site: Path, libs: list[Path]) -> None:
+    """A library carrying libstdc++ mixes it with torch's at run time (diagnose.embedded_libstdcxx)."""
+    own = {str(so.relative_to(site)): found for so in libs if (found := diagnose.embedded_libstdcxx(so))}
+    if not own:
+        return
+    symbols = next(iter(own.values()))
+    example = "_ZNSt6locale7classicEv" if "_ZNSt6locale7classicEv" in symbols else min(symbols, key=len)
+    report.failures.append(
+        f"{', '.join(own)} {'carries its' if len(own) == 1 else 'carry their'} own libstdc++ ({len(symbols)} exported "
+        f"symbols such as {diagnose.demangle(example)}): beside torch's libstdc++.so.6 C++ streams crash in it (an "
+        "error message with a number); rebuild linking libstdc++ shared: drop -static-libstdc++ from LDFLAGS, or "
+        "install the compiler's libstdc++ (`g++ -print-file-name=libstdc++.so` must print a path)")
 
 
 def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:

@@ -3,7 +3,8 @@
 The loader's message is kept whole in the report (`import_details`) and the log; this
 names the cause a user can act on: a CUDA library of another major (the wheel was built
 for another CUDA), or torch symbols this torch lacks (built against another torch).
-Also why a wheel's SASS has no FP4 instructions (`fp4_absent`).
+Also why a wheel's SASS has no FP4 instructions (`fp4_absent`), and whether a library
+carries its own libstdc++ (`embedded_libstdcxx`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -26,6 +28,11 @@ CUDA_LIBS = ("cudart", "nvrtc", "cublas", "cublasLt", "cusparse", "cusolver", "c
 _MISSING = re.compile(r"(lib([A-Za-z_+-]+?)\.so\.(\d+)): cannot open shared object file")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 _TORCH_SYMBOL = re.compile(r"c10|at\d|torch|caffe2")
+# Classes only libstdc++ itself defines: their headers declare them `extern template` (streams)
+# or out of line (locale, ios_base), so a library compiled against the headers only references
+# them. One that exports definitions was linked with libstdc++.a (-static-libstdc++, or a
+# compiler without libstdc++.so): std::locale, std::ios_base, codecvt, basic_[io]stream<char>.
+_LIBSTDCXX_OWN = re.compile(r"_ZNS(t6locale|t8ios_base|o|i)|_ZNKSt7codecvt")
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,21 @@ def needed(so: Path) -> list[str]:
             if isinstance(section, DynamicSection):
                 return [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
     return []
+
+
+def embedded_libstdcxx(so: Path) -> list[str]:
+    """The libstdc++ internals `so` exports (defines, default visibility): a static copy of libstdc++.
+
+    In one process with torch's libstdc++.so.6 (another GCC's) calls into the two copies mix,
+    and a stream built by one is formatted by the other: `ostream << int` crashes (seen: a 12.0a
+    sgl-kernel wheel built with GCC 13's libstdc++.a, its first error message with a number)."""
+    with so.open("rb") as fh:
+        section = ELFFile(fh).get_section_by_name(".dynsym")
+        if not isinstance(section, SymbolTableSection):
+            return []
+        return sorted(sym.name for sym in section.iter_symbols()
+                      if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
+                      and sym["st_other"]["visibility"] == "STV_DEFAULT" and _LIBSTDCXX_OWN.match(sym.name))
 
 
 def cuda_majors(libs: Iterable[Path]) -> dict[str, str]:
