@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -274,13 +275,19 @@ def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | Non
 _FLAG_VARIABLES = ("LDFLAGS", "CXXFLAGS", "CFLAGS", "CUDAFLAGS")
 
 
+_PROBE_SOURCE = "#include <sstream>\nint probe(int v) { std::ostringstream o; o << v; return (int)o.str().size(); }\n"
+
+
 def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
     """Whether the libraries would link libstdc++ shared, as torch does.
 
     A library linked with libstdc++.a exports its own copy, which mixes with torch's
     libstdc++.so.6 at run time: its C++ streams crash (verify's `carries its own libstdc++`).
-    Two causes are visible before compiling: -static-libstdc++ (or -static) in the flags CMake
-    takes from the environment, and a compiler that finds no libstdc++.so to link against."""
+    -static-libstdc++ (or -static) in the flags CMake takes from the environment is named
+    first; otherwise a shared library is linked here with the compiler and those flags (a
+    wrapper, a specs file or a compiler without libstdc++.so links it in just the same)."""
+    from build_kernel.stages.verify.diagnose import embedded_libstdcxx  # ELF reading lives with verify
+
     for name in _FLAG_VARIABLES:
         if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
             return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
@@ -288,12 +295,21 @@ def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
     compiler = cxx or which("c++", env.get("PATH")) or which("g++", env.get("PATH"))
     if not compiler:
         return None  # no compiler: the host-compiler check says so
-    found = process.probe([compiler, "-print-file-name=libstdc++.so"], env=dict(env), merge=False)
-    if found is not None and not Path(found.strip()).is_absolute():
-        return (f"{compiler} finds no libstdc++.so (`{compiler} -print-file-name=libstdc++.so` prints "
-                f"{found.strip()!r}), so it would link libstdc++.a into every library, whose streams crash beside "
-                "torch's libstdc++.so.6: install the compiler's libstdc++ development files (e.g. libstdc++-13-dev)")
-    return None
+    with tempfile.TemporaryDirectory(prefix="bk-cxx-") as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "libprobe.so"
+        src.write_text(_PROBE_SOURCE)
+        flags = [*env.get("CXXFLAGS", "").split(), "-shared", "-fPIC", str(src), "-o", str(lib),
+                 *env.get("LDFLAGS", "").split()]
+        if process.probe([compiler, *flags], env=dict(env)) is None or not lib.exists():
+            return None  # it cannot link at all: configure says why, with the compiler's own words
+        if not embedded_libstdcxx(lib):
+            return None
+    found = (process.probe([compiler, "-print-file-name=libstdc++.so"], env=dict(env), merge=False) or "").strip()
+    why = (f"it finds no libstdc++.so (`-print-file-name=libstdc++.so` prints {found!r}): install the compiler's "
+           "libstdc++ development files (e.g. libstdc++-13-dev)" if not Path(found).is_absolute() else
+           "its specs or a wrapper add -static-libstdc++: use a compiler that links libstdc++ shared (set CXX)")
+    return (f"{compiler} links libstdc++ into shared libraries (a probe library exports std::locale), so every "
+            f"library would carry its own, whose streams crash beside torch's libstdc++.so.6; {why}")
 
 
 def require(problems: list[str]) -> None:

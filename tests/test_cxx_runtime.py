@@ -87,15 +87,27 @@ def test_preflight_refuses_static_libstdcxx_in_the_flags_cmake_reads() -> None:
     assert toolchain.check_cxx_runtime(shutil.which("g++"), {**os.environ, "LDFLAGS": "-static-libgcc -O2"}) is None
 
 
-def test_preflight_refuses_a_compiler_without_a_shared_libstdcxx(tmp_path: Path) -> None:
-    # A real g++ that answers -print-file-name as one does when libstdc++.so is not installed.
-    fake = tmp_path / "g++-nolib"
-    fake.write_text(f"#!/bin/sh\ncase \"$1\" in -print-file-name=*) echo \"${{1#*=}}\"; exit 0;; esac\n"
-                    f"exec {shutil.which('g++')} \"$@\"\n")
+def _wrapper(tmp_path: Path, name: str, print_file_name: bool) -> Path:
+    """A real g++ that links libstdc++ in (as a specs file or a wrapper script would); with `print_file_name`,
+    it also answers -print-file-name as a g++ does whose libstdc++.so is not installed."""
+    fake = tmp_path / name
+    answer = 'case "$1" in -print-file-name=*) echo "${1#*=}"; exit 0;; esac\n' if print_file_name else ""
+    fake.write_text(f"#!/bin/sh\n{answer}"
+                    f'case " $* " in *" -shared "*) exec {shutil.which("g++")} "$@" -static-libstdc++;; esac\n'
+                    f'exec {shutil.which("g++")} "$@"\n')
     fake.chmod(0o755)
-    problem = toolchain.check_cxx_runtime(str(fake), dict(os.environ))
-    assert problem is not None and problem.startswith(f"{fake} finds no libstdc++.so (")
-    assert "install the compiler's libstdc++ development files" in problem
+    return fake
+
+
+def test_preflight_refuses_a_compiler_that_links_libstdcxx_in(tmp_path: Path) -> None:
+    missing = _wrapper(tmp_path, "g++-nolib", print_file_name=True)
+    problem = toolchain.check_cxx_runtime(str(missing), dict(os.environ))
+    assert problem is not None and problem.startswith(f"{missing} links libstdc++ into shared libraries (")
+    assert "it finds no libstdc++.so (`-print-file-name=libstdc++.so` prints 'libstdc++.so')" in problem
+    specs = _wrapper(tmp_path, "g++-specs", print_file_name=False)
+    problem = toolchain.check_cxx_runtime(str(specs), dict(os.environ))
+    assert problem is not None and "its specs or a wrapper add -static-libstdc++" in problem
+    # The compiler as installed here links it shared, as torch does.
     assert toolchain.check_cxx_runtime(shutil.which("g++"), dict(os.environ)) is None
 
 
