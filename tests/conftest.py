@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,3 +151,16 @@ def unpruned_demo_build(demo_build: DemoBuild, tmp_path_factory: pytest.TempPath
     assert built.returncode == 0, built.stdout + built.stderr
     [wheel] = list(out.glob("*.whl"))
     return wheel
+
+
+def wheel_with(template: Path, files: dict[str, Path], out: Path) -> Path:
+    """A copy of a real wheel in `out` with `files` (member name: local file) replacing its members of the
+    same name or added beside them; its other files kept."""
+    out.mkdir(parents=True)
+    target = out / template.name
+    with zipfile.ZipFile(template) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info, files[info.filename].read_bytes() if info.filename in files else src.read(info))
+        for name in sorted(set(files) - set(src.namelist())):
+            dst.write(files[name], name)
+    return target

@@ -12,14 +12,13 @@ import json
 import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from build_kernel import toolchain
 from build_kernel.stages.verify import diagnose
-from tests.conftest import DemoBuild, run_cli
+from tests.conftest import DemoBuild, run_cli, wheel_with
 
 SOURCE = """\
 #include <sstream>
@@ -51,20 +50,10 @@ def test_a_library_linked_with_libstdcxx_a_exports_it(libraries: tuple[Path, Pat
     assert "libstdc++.so.6" in diagnose.needed(shared) and "libstdc++.so.6" not in diagnose.needed(static)
 
 
-def _with_library(wheel: Path, so: Path, member: str, out: Path) -> Path:
-    out.mkdir(parents=True)
-    target = out / wheel.name
-    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            dst.writestr(info, src.read(info))
-        dst.write(so, member)
-    return target
-
-
 def test_verify_fails_a_wheel_whose_library_carries_libstdcxx(demo_build: DemoBuild, libraries: tuple[Path, Path],
                                                                tmp_path: Path) -> None:
     _, static = libraries
-    wheel = _with_library(demo_build.wheel, static, "minikernel/describe.so", tmp_path / "bad")
+    wheel = wheel_with(demo_build.wheel, {"minikernel/describe.so": static}, tmp_path / "bad")
     proc = run_cli("--json", "verify", str(wheel), "--recipe", "demo", "--arch", "12.0a")
     assert proc.returncode != 0, proc.stdout
     [failure] = [f for f in json.loads(proc.stdout)["failures"] if "libstdc++" in f]
@@ -72,7 +61,7 @@ def test_verify_fails_a_wheel_whose_library_carries_libstdcxx(demo_build: DemoBu
     assert "symbols such as std::locale::classic()" in failure
     assert "drop -static-libstdc++ from LDFLAGS" in failure and "\n" not in failure
     # The same wheel with the library linked as torch links it passes that check.
-    shared = _with_library(demo_build.wheel, libraries[0], "minikernel/describe.so", tmp_path / "good")
+    shared = wheel_with(demo_build.wheel, {"minikernel/describe.so": libraries[0]}, tmp_path / "good")
     ok = run_cli("--json", "verify", str(shared), "--recipe", "demo", "--arch", "12.0a")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert not any("libstdc++" in f for f in json.loads(ok.stdout)["failures"])

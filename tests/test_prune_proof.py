@@ -19,7 +19,7 @@ import pytest
 
 from build_kernel import recipe as recipe_mod
 from build_kernel.stages.verify import prune_proof
-from tests.conftest import REPO_ROOT, DemoBuild, run_cli
+from tests.conftest import REPO_ROOT, DemoBuild, run_cli, wheel_with
 
 pytestmark = pytest.mark.slow
 FP4 = recipe_mod.load("demo").verify.fp4_sass
@@ -83,13 +83,7 @@ def test_prune_proof_the_other_way_round_fails_on_the_missing_kernels(demo_build
 
 def _wheel_with_library(template: Path, so: Path, out: Path) -> Path:
     """A copy of a real wheel whose common_ops.so is `so` (the wheel's other files kept)."""
-    out.mkdir(parents=True)
-    target = out / template.name
-    with zipfile.ZipFile(template) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = so.read_bytes() if info.filename == "minikernel/sm100/common_ops.so" else src.read(info)
-            dst.writestr(info, data)
-    return target
+    return wheel_with(template, {"minikernel/sm100/common_ops.so": so}, out)
 
 
 def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str, batch: bool = False) -> Path:
