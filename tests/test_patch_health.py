@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 FIRST, REST = PATCHES[0], PATCHES[1:]
 
 
