@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from build_kernel import recipe
 from build_kernel.plan import resolve
 from build_kernel.resources import probe
-from build_kernel.series import write_lock
+from build_kernel.series import load_series, write_lock
 from build_kernel.stages import build
 from build_kernel.stages.build import buildenv
 from build_kernel.stages.fetch import workspace
@@ -40,8 +40,9 @@ def project_with(tmp: Path, patches: list[str], version: str) -> Path:
     series = proj / "patches" / "minikernel" / version
     series.mkdir(parents=True)
     src = ROOT / "patches" / "minikernel" / "v1"
+    paths = {p.name: p.path for p in load_series(src).patches}  # the pool's files, found by their sha256
     for name in patches:
-        shutil.copy(src / name, series / name)
+        shutil.copy(paths[name], series / name)
     shutil.copy(src / "info.toml", series / "info.toml")
     (series / "series").write_text("".join(f"{n}\n" for n in patches))
     write_lock(series)
@@ -77,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = parser.parse_args()
-    patches = sorted(p.name for p in (ROOT / "patches/minikernel/v1").glob("*.patch"))
+    patches = sorted((ROOT / "patches/minikernel/v1/series").read_text().split())
     with tempfile.TemporaryDirectory(prefix="bk-bench-") as tmp_str:
         tmp = Path(tmp_str)
         full = project_with(tmp, patches, "v1")

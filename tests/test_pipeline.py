@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 
 
 def _project(project: Path, index: Path) -> Path:

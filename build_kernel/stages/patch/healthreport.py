@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group
@@ -14,9 +13,7 @@ from rich.text import Text
 from build_kernel import atomic
 from build_kernel.errors import PatchError
 from build_kernel.stages.patch import apply as patches
-
-if TYPE_CHECKING:  # types only: health imports this module
-    from build_kernel.stages.patch.health import Health, Row
+from build_kernel.stages.patch.healthrows import Health, Row
 
 
 def write(health: Health, path: Path) -> None:
