@@ -124,6 +124,11 @@ class LibraryRule:
     when_asked: tuple[str, ...] = _doc("The rule applies only when one of these archs is asked (FA3: `[\"9.0a\"]`); "
                                        "otherwise nothing loads the library on the asked archs and it is only listed.",
                                        factory=tuple)
+    not_loaded_on: tuple[str, ...] = _doc("Compute capabilities whose GPUs load another library instead (sgl-kernel: "
+                                          "`sm100/common_ops` is loaded by every GPU but cc 9.0, which loads `sm90/`: "
+                                          "`[\"9.0\"]`). The library covers only the other asked archs; when every "
+                                          "asked arch is one of these, the rule does not apply (not required, no FP4).",
+                                          factory=tuple)
 
 
 @dataclass(frozen=True)
