@@ -28,6 +28,8 @@ class Options:
     output_dir: Path | None = None
     json: bool = False
     debug: bool = False
+    # Before or after the command, as the shared options (`build-kernel --offline fetch` is offline too).
+    offline: bool = False
     env: dict[str, str] = field(default_factory=environment)
 
     def plan(self) -> Plan:
@@ -87,7 +89,8 @@ def shared_options(command: F) -> F:
     return command
 
 
-offline_option = click.option("--offline", is_flag=True, help="Use only what is cached; never touch the network.")
+offline_option = click.option("--offline", is_flag=True, callback=_store, expose_value=False,
+                              help="Use only what is cached; never touch the network.")
 
 
 def emit(opts: Options, data: Any, human: Any) -> None:
