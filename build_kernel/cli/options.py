@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from build_kernel import log, recipe
-from build_kernel.plan import Plan, environment, resolve
+from build_kernel.plan import Plan, environment, recipe_search_path, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +35,7 @@ class Options:
     def plan(self) -> Plan:
         if not self.recipe:
             raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
-        return resolve(recipe.load(self.recipe), env=self.env, arch=self.arch, jobs=self.jobs,
+        return resolve(recipe.load(self.recipe, search=recipe_search_path(self.env)), env=self.env, arch=self.arch, jobs=self.jobs,
                        cache_dir=self.cache_dir, output_dir=self.output_dir)
 
 

@@ -204,6 +204,8 @@ class Recipe:
     # Where patches/ is: `root` unless the series lives beside the recipe that names it (an overlay
     # outside the project extending one of its recipes).
     patches_root: Path | None = None
+    # key path (`deps.repo-triton.commit`) -> `file:line` that set its value (after inheritance): `plan` shows it.
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def digest(self) -> str:
