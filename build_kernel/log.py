@@ -23,13 +23,27 @@ def warn(message: str) -> None:
     console.print(f"[yellow]warning:[/] {message}", markup=True, soft_wrap=True)
 
 
+class Step:
+    """An open step; `fail()` closes it with ✕ although nothing was raised (a verdict that failed)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
+
+
 @contextmanager
-def step(name: str) -> Iterator[None]:
+def step(name: str) -> Iterator[Step]:
     start = time.monotonic()
     console.print(f"[bold]▶ {name}[/]", soft_wrap=True)
+    handle = Step()
     try:
-        yield
+        yield handle
     except BaseException:
         console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)
         raise
+    if handle.failed:
+        console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)
+        return
     console.print(f"[green]✓ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)

@@ -14,7 +14,7 @@ import sys
 import click
 
 from build_kernel import __version__
-from build_kernel.cli.options import Options, emit, shared_options
+from build_kernel.cli.options import Options, _store, emit, shared_options
 from build_kernel.errors import BuildKernelError
 
 __all__ = ["cli", "main"]
@@ -22,14 +22,15 @@ __all__ = ["cli", "main"]
 
 @click.group(invoke_without_command=True)
 @shared_options
-@click.option("--offline", is_flag=True, help="Pipeline: use only cached sources; never touch the network.")
+@click.option("--offline", is_flag=True, callback=_store, expose_value=False,
+              help="Use only cached sources; never touch the network (the pipeline and every command after it).")
 @click.option("--force", is_flag=True, help="Pipeline: rebuild even when the wheel cache has this build.")
 @click.option("--dry-run", is_flag=True, help="Pipeline: print the resolved plan and stages, run nothing.")
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="Pipeline: GPU check to run in verify.")
 @click.option("--recheck", is_flag=True, help="Pipeline: run verify's checks even when the wheel's record matches.")
 @click.version_option(__version__)
 @click.pass_context
-def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check: str, recheck: bool) -> None:
+def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck: bool) -> None:
     """Build GPU kernel libraries from pinned, patched source.
 
     `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
@@ -41,7 +42,7 @@ def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check
             return
         from build_kernel import pipeline
 
-        result = pipeline.run(opts.plan(), offline=offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
+        result = pipeline.run(opts.plan(), offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
                               recheck=recheck)
         emit(opts, result, pipeline.render(result))
 

@@ -15,6 +15,8 @@ from build_kernel import host_compiler, recipe, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.plan import Plan
+from build_kernel.recipe.load import values as recipe_values
+from build_kernel.recipe.problems import _toml as toml_value
 from build_kernel.resources import probe
 
 
@@ -105,6 +107,10 @@ def plan_cmd(opts: Options) -> None:
     data["cuda_toolkit"], facts = _toolkit(p)
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
+    set_values = recipe_values(p.recipe.raw)
+    for key, where in p.recipe.origins.items():  # every value with the file and line that set it
+        if key in set_values and key != "extends":
+            table.add_row("from", escape(f"{key} = {toml_value(set_values[key])}  ({where})"))
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
     for rw in p.remotes():
         if rw.rewritten:

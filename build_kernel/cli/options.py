@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from build_kernel import log, recipe
-from build_kernel.plan import Plan, environment, resolve
+from build_kernel.plan import Plan, environment, recipe_search_path, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,12 +28,14 @@ class Options:
     output_dir: Path | None = None
     json: bool = False
     debug: bool = False
+    # Before or after the command, as the shared options (`build-kernel --offline fetch` is offline too).
+    offline: bool = False
     env: dict[str, str] = field(default_factory=environment)
 
     def plan(self) -> Plan:
         if not self.recipe:
             raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
-        return resolve(recipe.load(self.recipe), env=self.env, arch=self.arch, jobs=self.jobs,
+        return resolve(recipe.load(self.recipe, search=recipe_search_path(self.env)), env=self.env, arch=self.arch, jobs=self.jobs,
                        cache_dir=self.cache_dir, output_dir=self.output_dir)
 
 
@@ -87,7 +89,8 @@ def shared_options(command: F) -> F:
     return command
 
 
-offline_option = click.option("--offline", is_flag=True, help="Use only what is cached; never touch the network.")
+offline_option = click.option("--offline", is_flag=True, callback=_store, expose_value=False,
+                              help="Use only what is cached; never touch the network.")
 
 
 def emit(opts: Options, data: Any, human: Any) -> None:

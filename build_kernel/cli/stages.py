@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 @shared_options
 @offline_option
 @click.pass_obj
-def fetch_cmd(opts: Options, offline: bool) -> None:
+def fetch_cmd(opts: Options) -> None:
     """Fetch the pinned source and apply the patch series (cached by commit + series)."""
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 
-    ctx = stages.run(stages.Context(opts.plan(), offline=offline), [FetchStage(), PatchStage()])
+    ctx = stages.run(stages.Context(opts.plan(), offline=opts.offline), [FetchStage(), PatchStage()])
     tree = ctx.tree
     assert tree is not None
     data = {"tree": str(tree.root), "project": str(tree.project), "commit": tree.commit, "cached": tree.cached,
@@ -42,13 +42,13 @@ def fetch_cmd(opts: Options, offline: bool) -> None:
 @offline_option
 @click.option("--force", is_flag=True, help="Rebuild even on a cache hit.")
 @click.pass_obj
-def build_cmd(opts: Options, offline: bool, force: bool) -> None:
+def build_cmd(opts: Options, force: bool) -> None:
     """Fetch, patch and build the wheel (cached by every input)."""
     from build_kernel.stages.build import BuildStage
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 
-    ctx = stages.run(stages.Context(opts.plan(), offline=offline, force=force),
+    ctx = stages.run(stages.Context(opts.plan(), offline=opts.offline, force=force),
                      [FetchStage(), PatchStage(), BuildStage()])
     result = ctx.build
     assert result is not None
