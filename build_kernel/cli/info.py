@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from build_kernel import recipe, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
+from build_kernel.log import styled
 from build_kernel.plan import Plan
 from build_kernel.resources import probe
 
@@ -119,7 +120,7 @@ def plan_cmd(opts: Options) -> None:
     data["scheduling"] = sched = _scheduling(p, facts.ninja_version)
     table.add_row("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
                                f"ninja {sched['ninja'] or 'none'})")
-    table.add_row("compile order", escape(_order_row(sched["order"])))  # "[build]" is not rich markup
+    table.add_row("compile order", _order_row(sched["order"]))
     for tu in data["scheduling"]["tus"]:
         table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
     table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
@@ -151,10 +152,11 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     if "cuda_toolkit" in data:
         table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     for dep in data.get("system", []):
-        state = "found" if dep["ok"] else f"[red]MISSING[/] {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})"
-        table.add_row("system", f"{dep['name']} for {dep['needed_by'] or 'the build'}: {state}")
+        state = Text("found") if dep["ok"] else styled("MISSING", "red") + (
+            f" {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})")
+        table.add_row("system", Text(f"{dep['name']} for {dep['needed_by'] or 'the build'}: ") + state)
     for problem in data.get("problems", []):
-        table.add_row("[red]problem[/]", problem)
+        table.add_row(styled("problem", "red"), problem)
     return table
 
 

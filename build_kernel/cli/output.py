@@ -1,0 +1,92 @@
+"""How a failure reaches the user: one message object, rendered as text on stderr or as one JSON
+object on stdout (`--json`), with the exit code of its kind; a traceback only with `--debug`.
+
+Every exception ends here, not only `BuildKernelError`: a bug or a file the code did not expect
+is still one line (naming the exception, and `--debug` for the rest), never a traceback the user
+has to read (cibuildwheel's `main()` does the same with its root error).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import click
+
+from build_kernel.errors import BuildKernelError
+
+INTERNAL_EXIT = 1  # the root error's code: not one of the documented kinds
+ABORTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
+
+
+@dataclass(frozen=True)
+class ErrorMessage:
+    """What failed, as both renderers see it: the same lines in the text and in the JSON."""
+
+    kind: str
+    exit_code: int
+    lines: tuple[str, ...]
+    hint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"kind": self.kind, "exit_code": self.exit_code, "message": "\n".join(self.lines),
+                          "hint": self.hint, "lines": list(self.lines)}}
+
+    def text(self) -> str:
+        return "\n".join(f"error: {line}" for line in self.lines)
+
+
+def message_for(exc: BaseException) -> ErrorMessage:
+    """The message of any exception the CLI can end in."""
+    if isinstance(exc, BuildKernelError):
+        return ErrorMessage(type(exc).__name__, exc.exit_code, tuple(exc.render().splitlines()), exc.hint)
+    if isinstance(exc, click.exceptions.Abort):
+        return ErrorMessage("Aborted", ABORTED_EXIT, ("aborted",))
+    if isinstance(exc, click.ClickException):
+        ctx = getattr(exc, "ctx", None)
+        # click's own rendering is a usage block and a blank line: one line with the way to help instead.
+        where = f"see '{ctx.command_path} --help'" if isinstance(ctx, click.Context) else None
+        first, *rest = exc.format_message().splitlines() or [""]
+        line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
+        return ErrorMessage("UsageError", exc.exit_code, (f"{line} ({where})" if where else line,), where)
+    hint = "an unexpected error: rerun with --debug for the traceback, and report it"
+    return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{type(exc).__name__}: {exc} ({hint})",), hint)
+
+
+def report(message: ErrorMessage, *, as_json: bool) -> None:
+    """`--json`: the error object on stdout (a script reads one stream); else the lines on stderr."""
+    if as_json:
+        click.echo(json.dumps(message.to_dict(), indent=2))
+    else:
+        click.echo(message.text(), err=True)
+
+
+def flags(argv: Sequence[str]) -> tuple[bool, bool]:
+    """(--json, --debug) as given anywhere on the line before `--`: read from the words because a
+    line that fails to parse never reaches the options' callbacks."""
+    words = list(argv)
+    words = words[: words.index("--")] if "--" in words else words
+    return "--json" in words, "--debug" in words
+
+
+class GuardedGroup(click.Group):
+    """The root group: its `main` is the CLI's only exit, so a test's CliRunner goes through it too."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> NoReturn:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json, debug = flags(argv)
+        try:
+            rc = super().main(argv, prog_name, complete_var, standalone_mode=False,
+                              windows_expand_args=windows_expand_args, **extra)
+        except Exception as exc:  # the one place every failure becomes a message
+            message = message_for(exc)
+            report(message, as_json=as_json)
+            if debug and not isinstance(exc, (click.ClickException, click.exceptions.Abort)):
+                raise
+            sys.exit(message.exit_code)
+        sys.exit(rc if isinstance(rc, int) else 0)
