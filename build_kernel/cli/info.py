@@ -20,6 +20,7 @@ from build_kernel.resources import probe
 
 
 @click.group("recipes")
+@shared_options
 def recipes_group() -> None:
     """List and show recipes."""
 
@@ -56,9 +57,16 @@ def recipes_show(opts: Options, name: str) -> None:
 
 
 @recipes_group.command("reference")
-def recipes_reference() -> None:
-    """The recipe reference (Markdown), generated from the recipe model."""
-    click.echo(recipe.reference_markdown(), nl=False)
+@shared_options
+@click.pass_obj
+def recipes_reference(opts: Options) -> None:
+    """The recipe reference (Markdown; --json: each table's keys, defaults, meanings), generated from the model."""
+    from build_kernel.recipe.reference import reference_tables
+
+    if opts.json:
+        emit(opts, reference_tables(), "")
+    else:
+        click.echo(recipe.reference_markdown(), nl=False)
 
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:

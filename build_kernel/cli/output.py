@@ -53,7 +53,10 @@ def message_for(exc: BaseException) -> ErrorMessage:
         line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
         return ErrorMessage("UsageError", exc.exit_code, (f"{line} ({where})" if where else line,), where)
     hint = "an unexpected error: rerun with --debug for the traceback, and report it"
-    return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{type(exc).__name__}: {exc} ({hint})",), hint)
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = " ".join(str(exc).split()) or "(no message)"  # one line, whatever the exception carried
+    return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{name}: {text} ({hint})",), hint)
 
 
 def report(message: ErrorMessage, *, as_json: bool) -> None:

@@ -13,6 +13,7 @@ from build_kernel.log import styled
 
 
 @click.group("patch")
+@shared_options
 def patch_group() -> None:
     """Check, lock and refresh patch series."""
 
