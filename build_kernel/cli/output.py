@@ -47,10 +47,12 @@ def message_for(exc: BaseException) -> ErrorMessage:
         return ErrorMessage("Aborted", ABORTED_EXIT, ("aborted",))
     if isinstance(exc, click.ClickException):
         ctx = getattr(exc, "ctx", None)
-        # click's own rendering is a usage block and a blank line: one line with the way to help instead.
-        where = f"see '{ctx.command_path} --help'" if isinstance(ctx, click.Context) else None
+        # click's own rendering is a usage block and a blank line: one line instead. Ours (a plain UsageError)
+        # say their fix; the parser's (no such option, a bad or missing value) get the way to the command's help.
         first, *rest = exc.format_message().splitlines() or [""]
         line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
+        parser = type(exc) is not click.UsageError
+        where = f"see '{ctx.command_path} --help'" if parser and isinstance(ctx, click.Context) else None
         return ErrorMessage("UsageError", exc.exit_code, (f"{line} ({where})" if where else line,), where)
     hint = "an unexpected error: rerun with --debug for the traceback, and report it"
     kind = type(exc)
