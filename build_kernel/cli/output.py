@@ -1,5 +1,5 @@
-"""How a failure reaches the user: one message object, rendered as text on stderr or as one JSON
-object on stdout (`--json`), with the exit code of its kind; a traceback only with `--debug`.
+"""How a failure reaches the user: one message object, rendered as text on stderr and, with `--json`,
+as one JSON object on stdout, with the exit code of its kind; a traceback only with `--debug`.
 
 Every exception ends here, not only `BuildKernelError`: a bug or a file the code did not expect
 is still one line (naming the exception, and `--debug` for the rest), never a traceback the user
@@ -62,11 +62,11 @@ def message_for(exc: BaseException) -> ErrorMessage:
 
 
 def report(message: ErrorMessage, *, as_json: bool) -> None:
-    """`--json`: the error object on stdout (a script reads one stream); else the lines on stderr."""
+    """The lines on stderr, the log a person reads (with the stages' ✓/✕ and the warnings), and with
+    `--json` the same message as one object on stdout, the stream a script reads."""
     if as_json:
         click.echo(json.dumps(message.to_dict(), indent=2))
-    else:
-        click.echo(message.text(), err=True)
+    click.echo(message.text(), err=True)
 
 
 def flags(argv: Sequence[str]) -> tuple[bool, bool]:
