@@ -13,7 +13,9 @@ files; nothing compiles.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -107,8 +109,9 @@ CASES: dict[str, Case] = {
     "ServeError": lambda p: (["serve", str(p.wheel), "-r", "demo", "--model", "/nonexistent/model",
                               "--cache-dir", str(p.cache)], {}),
     "UsageError": lambda p: (["plan", "--no-such-option"], {}),
-    # Not a BuildKernelError: zlib's error from the stage that decompresses the damaged library.
-    "InternalError": lambda p: (["verify", str(p.damaged), "-r", "demo", "--static", "--cache-dir", str(p.cache)], {}),
+    # Not a BuildKernelError: --out names a file, and making the folder there raises FileExistsError.
+    "InternalError": lambda p: (["cache", "dist-config", "--scheduler", "127.0.0.1:10600", "--server", "127.0.0.1:10501",
+                                 "--out", str(p.bad_config)], {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}),
 }
 EXIT = {"UsageError": 2, "InternalError": 1,
         **{cls.__name__: cls.exit_code for cls in errors.BuildKernelError.__subclasses__()}}
@@ -227,12 +230,25 @@ def test_a_file_that_is_not_a_wheel_is_one_line_naming_it(command: str, what: st
     assert line.startswith(f"error: {bad} is not a wheel: ") and line.endswith("made)")
 
 
+@pytest.mark.parametrize("command", ["verify", "prune-proof"])
+def test_a_wheel_damaged_past_its_index_is_one_line_naming_it(command: str, project: Project) -> None:
+    """The wheel check reads the index and METADATA; the library's broken bytes are found by the stage
+    that decompresses them, and still named by the wheel they are in."""
+    argv = (["verify", str(project.damaged), "-r", "demo", "--static", "--cache-dir", str(project.cache)]
+            if command == "verify" else ["prune-proof", str(project.damaged), "--against", str(project.wheel)])
+    result = invoke(*argv)
+    assert result.exit_code == errors.VerifyError.exit_code and "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert str(project.damaged) in line and " is damaged: zlib.error: " in line
+
+
 def test_debug_shows_the_traceback_that_is_otherwise_one_line(project: Project) -> None:
     argv = ["verify", str(project.damaged), "-r", "demo", "--static", "--cache-dir", str(project.cache)]
     plain, debug = run_cli(*argv), run_cli(*argv, "--debug")
-    assert plain.returncode == debug.returncode == 1
-    assert "Traceback" not in plain.stderr and plain.stderr.splitlines()[-1].startswith("error: zlib.error: ")
-    assert "Traceback (most recent call last)" in debug.stderr
+    assert plain.returncode == debug.returncode == errors.VerifyError.exit_code
+    assert "Traceback" not in plain.stderr and plain.stderr.splitlines()[-1].startswith(f"error: {project.damaged} is")
+    assert "Traceback (most recent call last)" in debug.stderr and "zlib.error" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]  # the traceback, then the same line
 
 
 # --- 6: --json and --debug on every command, before and after it -----------------------------------------------

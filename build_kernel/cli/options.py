@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from build_kernel import log, recipe
+from build_kernel.cli.output import remember_wheel
 from build_kernel.plan import Plan, environment, resolve
 from build_kernel.wheel_check import check_wheel
 
@@ -94,6 +95,7 @@ class WheelPath(click.ParamType[Path, Any]):
     name = "wheel"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        remember_wheel(ctx, Path(value))
         return check_wheel(Path(value))
 
 
@@ -119,4 +121,5 @@ def newest_wheel(p: Plan) -> Path:
     if not candidates:
         raise click.UsageError(f"no wheel in {p.output_dir}: build one first (build-kernel build --recipe "
                                f"{p.recipe.name}) or pass WHEEL")
+    remember_wheel(None, candidates[-1])
     return check_wheel(candidates[-1])

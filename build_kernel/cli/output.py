@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
+import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from build_kernel.errors import BuildKernelError
+from build_kernel.errors import BuildKernelError, VerifyError
 
 INTERNAL_EXIT = 1  # the root error's code: not one of the documented kinds
 ABORTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
+WHEELS_META = "build_kernel.wheels"  # click's ctx.meta (one dict for the whole command line): wheels given
+# What reading a damaged member of a zip raises (a bad CRC, a corrupt deflate stream, a cut-off member).
+DAMAGED_ZIP = (zipfile.BadZipFile, zlib.error, EOFError)
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,21 @@ def message_for(exc: BaseException) -> ErrorMessage:
         where = f"see '{ctx.command_path} --help'" if parser and isinstance(ctx, click.Context) else None
         return ErrorMessage("UsageError", exc.exit_code, (f"{line} ({where})" if where else line,), where)
     hint = "an unexpected error: rerun with --debug for the traceback, and report it"
+    return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{_describe(exc)} ({hint})",), hint)
+
+
+def _describe(exc: BaseException) -> str:
+    """`module.Type: message` on one line, whatever the exception carried (`zlib.error`, not `error`)."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = " ".join(str(exc).split()) or "(no message)"  # one line, whatever the exception carried
-    return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{name}: {text} ({hint})",), hint)
+    return f"{name}: {' '.join(str(exc).split()) or '(no message)'}"
+
+
+def remember_wheel(ctx: click.Context | None, path: Path) -> None:
+    """Note a wheel this command line reads, so a member found damaged later names its file."""
+    ctx = ctx or click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.setdefault(WHEELS_META, []).append(path)
 
 
 def report(message: ErrorMessage, *, as_json: bool) -> None:
@@ -80,6 +98,19 @@ def flags(argv: Sequence[str]) -> tuple[bool, bool]:
 class GuardedGroup(click.Group):
     """The root group: its `main` is the CLI's only exit, so a test's CliRunner goes through it too."""
 
+    def invoke(self, ctx: click.Context) -> Any:
+        # The wheel check reads a wheel's index and METADATA, not every member (that would decompress
+        # the whole wheel before a recorded verify returns): a member damaged further in is found by the
+        # stage that reads it, and named here, while the command line's context still says which wheels.
+        try:
+            return super().invoke(ctx)
+        except DAMAGED_ZIP as exc:
+            wheels = list(dict.fromkeys(str(w) for w in ctx.meta.get(WHEELS_META, [])))
+            if not wheels:
+                raise
+            raise VerifyError(f"{' or '.join(wheels)} is damaged: {_describe(exc)}",
+                              hint="rebuild it, or copy it again") from exc
+
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, windows_expand_args: bool = True,
              **extra: Any) -> NoReturn:
@@ -90,8 +121,8 @@ class GuardedGroup(click.Group):
                               windows_expand_args=windows_expand_args, **extra)
         except Exception as exc:  # the one place every failure becomes a message
             message = message_for(exc)
-            report(message, as_json=as_json)
             if debug and not isinstance(exc, (click.ClickException, click.exceptions.Abort)):
-                raise
+                traceback.print_exc()  # then the same line and exit code as without --debug
+            report(message, as_json=as_json)
             sys.exit(message.exit_code)
         sys.exit(rc if isinstance(rc, int) else 0)
