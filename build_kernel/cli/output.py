@@ -9,6 +9,7 @@ has to read (cibuildwheel's `main()` does the same with its root error).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 import zipfile
@@ -96,7 +97,8 @@ def flags(argv: Sequence[str]) -> tuple[bool, bool]:
 
 
 class GuardedGroup(click.Group):
-    """The root group: its `main` is the CLI's only exit, so a test's CliRunner goes through it too."""
+    """The root group: its `main` is the CLI's only exit, so a test's CliRunner goes through it too
+    (`standalone_mode` is not honoured: turning every exception into a message is the point)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         # The wheel check reads a wheel's index and METADATA, not every member (that would decompress
@@ -119,6 +121,11 @@ class GuardedGroup(click.Group):
         try:
             rc = super().main(argv, prog_name, complete_var, standalone_mode=False,
                               windows_expand_args=windows_expand_args, **extra)
+        except BrokenPipeError:
+            # `build-kernel plan --json | head`: the reader left; nothing more can be said on stdout.
+            # Python's documented remedy: stdout to devnull, so the flush at exit does not raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(INTERNAL_EXIT)
         except Exception as exc:  # the one place every failure becomes a message
             message = message_for(exc)
             if debug and not isinstance(exc, (click.ClickException, click.exceptions.Abort)):
