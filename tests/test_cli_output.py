@@ -106,6 +106,7 @@ CASES: dict[str, Case] = {
                               "--out", str(p.root / "farm")], {"PATH": str(p.empty_dir)}),
     "VerifyError": lambda p: (["verify", str(p.root / "recipes/toolchain.toml"), "-r", "demo", "--static"], {}),
     "PublishError": lambda p: (["publish", str(p.wheel), "--to", "ftp://example.invalid/"], {}),
+    "TestError": lambda p: (["test", str(p.wheel), "-r", "demo", "--file", "nomatch*", "--cache-dir", str(p.cache)], {}),
     "ServeError": lambda p: (["serve", str(p.wheel), "-r", "demo", "--model", "/nonexistent/model",
                               "--cache-dir", str(p.cache)], {}),
     "UsageError": lambda p: (["plan", "--no-such-option"], {}),
@@ -213,6 +214,7 @@ COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
     "prune-proof PRUNED": lambda bad, good: ["prune-proof", str(bad), "--against", str(good)],
     "prune-proof --against": lambda bad, good: ["prune-proof", str(good), "--against", str(bad)],
     "serve": lambda bad, good: ["serve", str(bad), "-r", "demo"],
+    "test": lambda bad, good: ["test", str(bad), "-r", "demo", "--dry-run"],
 }
 
 

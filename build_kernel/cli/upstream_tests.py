@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from build_kernel import stages
-from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, newest_wheel, offline_option, shared_options
 
 
 def _table(record: dict[str, Any]) -> Table | str:
@@ -33,7 +33,7 @@ def _table(record: dict[str, Any]) -> Table | str:
 
 
 @click.command("test")
-@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheel", required=False, type=WHEEL)
 @shared_options
 @offline_option
 @click.option("--file", "only", multiple=True, metavar="GLOB", help="Only the test files matching (repeatable).")
