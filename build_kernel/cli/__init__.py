@@ -2,25 +2,24 @@
 prints the result.
 
 The shared options (--recipe, --arch, --jobs, --cache-dir, --output-dir, --json, --debug)
-are accepted before or after the command; given in both places, the later wins.
-`main()` catches only BuildKernelError: one line (or one line per recipe problem), and
-the error kind's exit code. `--debug` shows the traceback as well.
+are accepted before or after every command and subcommand; given in both places, the later wins.
+The root group's `main` (cli.output.GuardedGroup) is the only exit: an error is one line (or one
+line per recipe problem) on stderr, or one JSON object on stdout with `--json`, and the error
+kind's exit code; `--debug` shows the traceback as well.
 """
 
 from __future__ import annotations
-
-import sys
 
 import click
 
 from build_kernel import __version__
 from build_kernel.cli.options import Options, _store, emit, shared_options
-from build_kernel.errors import BuildKernelError
+from build_kernel.cli.output import GuardedGroup
 
 __all__ = ["cli", "main"]
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=GuardedGroup, invoke_without_command=True)
 @shared_options
 @click.option("--offline", is_flag=True, callback=_store, expose_value=False,
               help="Use only cached sources; never touch the network (the pipeline and every command after it).")
@@ -63,18 +62,4 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = "--debug" in (argv if argv is not None else sys.argv)
-    try:
-        cli.main(args=argv, prog_name="build-kernel", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except BuildKernelError as exc:
-        if debug:
-            raise
-        for line in exc.render().splitlines():
-            click.echo(f"error: {line}", err=True)
-        sys.exit(exc.exit_code)
+    cli.main(argv, prog_name="build-kernel")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +11,9 @@ from typing import Any, TypeVar
 import click
 
 from build_kernel import log, recipe
+from build_kernel.cli.output import remember_wheel
 from build_kernel.plan import Plan, environment, recipe_search_path, resolve
+from build_kernel.wheel_check import check_wheel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,22 +90,32 @@ def shared_options(command: F) -> F:
     return command
 
 
+class WheelPath(click.ParamType[Path, Any]):
+    """A wheel argument: checked to be a wheel when parsed, so every command that takes one refuses
+    a text file, an empty file, a foreign zip or a folder with the same one line (exit 7)."""
+
+    name = "wheel"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        remember_wheel(ctx, Path(value))
+        return check_wheel(Path(value))
+
+
+WHEEL = WheelPath()
+
 offline_option = click.option("--offline", is_flag=True, callback=_store, expose_value=False,
                               help="Use only what is cached; never touch the network.")
 
 
 def emit(opts: Options, data: Any, human: Any) -> None:
-    """JSON on stdout for scripts, or the human rendering."""
+    """JSON on stdout for scripts, or the human rendering: a string as it is, a rich table through a
+    console without markup, so a cell says what the JSON says (log.py)."""
     if opts.json:
         click.echo(json.dumps(data, indent=2, default=str))
     elif isinstance(human, str):
         click.echo(human)
     else:
-        log.console.file = sys.stdout
-        try:
-            log.console.print(human)
-        finally:
-            log.console.file = sys.stderr
+        log.out(human)
 
 
 def newest_wheel(p: Plan) -> Path:
@@ -113,4 +124,5 @@ def newest_wheel(p: Plan) -> Path:
     if not candidates:
         raise click.UsageError(f"no wheel in {p.output_dir}: build one first (build-kernel build --recipe "
                                f"{p.recipe.name}) or pass WHEEL")
-    return candidates[-1]
+    remember_wheel(None, candidates[-1])
+    return check_wheel(candidates[-1])

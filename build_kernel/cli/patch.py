@@ -9,9 +9,11 @@ import click
 from rich.table import Table
 
 from build_kernel.cli.options import Options, emit, offline_option, shared_options
+from build_kernel.log import styled
 
 
 @click.group("patch")
+@shared_options
 def patch_group() -> None:
     """Check, lock and refresh patch series."""
 
@@ -30,7 +32,7 @@ def patch_check_cmd(opts: Options, commit: str | None) -> None:
     table = Table("patch", "state", "detail")
     for s in statuses:
         colour = {"applies": "green", "applies with offset": "yellow"}.get(s.state, "red")
-        table.add_row(s.name, f"[{colour}]{s.state}[/]", "; ".join(s.offsets) or s.detail)
+        table.add_row(s.name, styled(s.state, colour), "; ".join(s.offsets) or s.detail)
     emit(opts, [s.to_dict() for s in statuses], table)
     if any(s.state in ("conflicts", "already upstream") for s in statuses):
         sys.exit(5)

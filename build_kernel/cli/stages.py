@@ -11,7 +11,8 @@ import click
 from rich.table import Table
 
 from build_kernel import log, stages
-from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.log import styled
 
 if TYPE_CHECKING:
     from build_kernel.stages.verify.report import Report
@@ -76,16 +77,16 @@ def _report_table(report: Report) -> Table:
     else:
         table.add_row("import, ops, gpu", "not run (--static)")
     for w in report.warnings:
-        table.add_row("[yellow]warning[/]", w)
+        table.add_row(styled("warning", "yellow"), w)
     for f in report.failures:
-        table.add_row("[red]FAIL[/]", f)
-    verdict = "[green]passed[/]" if report.passed else "[red]failed[/]"
-    table.add_row("result", f"{verdict} (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
+        table.add_row(styled("FAIL", "red"), f)
+    verdict = styled("passed", "green") if report.passed else styled("failed", "red")
+    table.add_row("result", verdict + " (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
     return table
 
 
 @click.command("verify")
-@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheel", required=False, type=WHEEL)
 @shared_options
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="GPU check to run when a GPU of a built arch is present.")
 @click.option("--recheck", is_flag=True, help="Run the checks even when the wheel's record already matches.")
@@ -107,7 +108,7 @@ def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool,
 
 
 @click.command("publish")
-@click.argument("wheels", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheels", nargs=-1, type=WHEEL)
 @shared_options
 @click.option("--to", "to", metavar="NAME|URL|PATH",
               help="Index name ([publish.targets], indexes.toml or ~/.pypirc), upload URL, or static folder "
