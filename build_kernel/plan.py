@@ -64,13 +64,28 @@ class Plan:
     def arch_list(self) -> str:
         return torch_arch_list(self.archs)
 
+    @property
+    def package_arch_list(self) -> str:
+        """The arch list as the recipe's `arch_env` spells it (`80;90` for arch_format = "digits")."""
+        if self.recipe.build.arch_format == "digits":
+            return ";".join(f"{a.major}{a.minor}{a.suffix}" for a in self.archs)
+        return self.arch_list
+
+    def jobs_env(self, jobs: int) -> dict[str, str]:
+        """Every variable a job count goes by: MAX_JOBS (torch's cpp_extension, setup.py rules), CMake's, the
+        recipe's own; set, so no package's own guess (flash-attn's free-GB/9) ever runs."""
+        names = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", *([self.recipe.build.jobs_env] if self.recipe.build.jobs_env else []))
+        return dict.fromkeys(names, str(jobs))
+
     def build_env(self) -> dict[str, str]:
         """Environment the build stage adds (recipe env last: it may override)."""
+        b = self.recipe.build
         return {
             "TORCH_CUDA_ARCH_LIST": self.arch_list,
-            "MAX_JOBS": str(self.jobs.jobs),
-            "CMAKE_BUILD_PARALLEL_LEVEL": str(self.jobs.jobs),
-            **self.recipe.build.env,
+            **({b.arch_env: self.package_arch_list} if b.arch_env else {}),
+            **({b.threads_env: str(b.nvcc_threads)} if b.threads_env else {}),
+            **self.jobs_env(self.jobs.jobs),
+            **b.env,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +109,7 @@ class Plan:
                       "TORCH_CUDA_ARCH_LIST": self.arch_list, "source": self.arch_source, "fp4": r.build.fp4},
             "jobs": self.jobs.to_dict(),
             "nvcc_threads": r.build.nvcc_threads,
+            "backend": r.build.backend,
             "defines": dict(r.build.defines),
             "env": self.build_env(),
             "deps": [{**vars(d), "paths": list(d.paths), "submodules": list(d.submodules)} for d in r.deps],

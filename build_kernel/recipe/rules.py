@@ -8,7 +8,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
-from build_kernel.recipe.model import SCHEDULERS, SHA_RE, Build, Recipe, Serve
+from build_kernel.recipe.model import ARCH_FORMATS, BACKENDS, SCHEDULERS, SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
 
 
@@ -75,6 +75,7 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         problems.add(where("build", "compile_cache"), "build.compile_cache",
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
     _check_compile_cache(r.build, where, problems)
+    _check_backend(r, where, problems)
     if r.build.scheduler not in SCHEDULERS:
         problems.add(where("build", "scheduler"), "build.scheduler",
                      f"{r.build.scheduler!r} is not one of {', '.join(SCHEDULERS)} (e.g. scheduler = \"governor\")")
@@ -188,3 +189,26 @@ def _check_order_profile(b: Build, where: Any, problems: _Problems) -> None:
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         problems.add(where("build", "order_profile"), "build.order_profile",
                      f"{b.order_profile}: {exc} (fix the file, or remove the key)")
+
+
+def _check_backend(r: Recipe, where: Any, problems: _Problems) -> None:
+    """The backend is one we drive; what only CMake reads is refused for setuptools, in one line each."""
+    b = r.build
+    if b.backend not in BACKENDS:
+        problems.add(where("build", "backend"), "build.backend",
+                     f"{b.backend!r} is not one of {', '.join(BACKENDS)} (e.g. backend = \"setuptools\")")
+    if b.arch_format not in ARCH_FORMATS:
+        problems.add(where("build", "arch_format"), "build.arch_format",
+                     f"{b.arch_format!r} is not one of {', '.join(ARCH_FORMATS)} (e.g. arch_format = \"digits\")")
+    if b.backend != "setuptools":
+        if b.version_file:
+            problems.add(where("build", "version_file"), "build.version_file",
+                         "applies to backend = \"setuptools\" only (scikit-build-core stamps pyproject.toml)")
+        return
+    if b.defines:
+        problems.add(where("build", "defines"), "build.defines",
+                     "CMake defines do not apply to backend = \"setuptools\" (set [build] env instead)")
+    if r.deps:
+        problems.add(where("deps", ""), "deps",
+                     "[deps] feed CMake's FetchContent and do not apply to backend = \"setuptools\" "
+                     "(use [source] submodules, or a patch)")

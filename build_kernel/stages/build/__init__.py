@@ -22,7 +22,7 @@ from packaging.version import Version
 from build_kernel import compile_cache, host_compiler, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
-from build_kernel.stages.build import cache, driver_link, provenance, runner, scheduling, system_deps, toolkit
+from build_kernel.stages.build import backends, cache, driver_link, provenance, runner, scheduling, system_deps, toolkit
 from build_kernel.stages.build.cache import BuildResult
 from build_kernel.stages.fetch.workspace import Tree
 
@@ -42,7 +42,7 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
     facts = selected.facts
     env = selected.environ(plan.env)
     env.update(plan.build_env())
-    env["MAX_JOBS"] = env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+    env.update(plan.jobs_env(jobs))
     env["SOURCE_DATE_EPOCH"] = str(git.Repo(tree.root).commit(tree.commit).committed_date)
     env["PATH"] = ":".join([str(Path(facts.python).parent), *([str(Path(facts.nvcc).parent)] if facts.nvcc else []),
                             env.get("PATH", "")])
@@ -109,23 +109,28 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
              link_env: Mapping[str, str] | None = None,
              linkers: host_compiler.Resolution | None = None) -> BuildResult:
     work = plan.cache_dir / "build" / key
+    backend = backends.for_plan(plan)
+    src, dist = work / "src", work / "dist"
     if force:
         # The sources are copied with their timestamps: only a fresh build folder recompiles.
         shutil.rmtree(work / "cmake", ignore_errors=True)
-    src, dist = work / "src", work / "dist"
+        for folder in backend.kept(src):
+            shutil.rmtree(folder, ignore_errors=True)
+    # A backend whose objects live inside the source copy (setuptools' build/) keeps them across it.
+    backends.keep_across_copy(backend.kept(src), work / "kept", restore=False)
     for folder in (src, dist):
         shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(tree.project, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    version = f"{provenance.read_version(src / 'pyproject.toml')}+{provenance.local_label(plan, selected.facts, tree)}"
-    provenance.stamp_version(src / "pyproject.toml", version)
-    # The profile recorder goes in front of the cache launcher (the tool's own python: it runs build_kernel).
-    defines = scheduling.launcher_defines(plan, sys.executable, src, defines)
-    # ninja through ninja_order (the tool's python too): compiles start longest first.
-    defines = scheduling.make_program(plan, sys.executable, selected.facts.ninja, work, src, defines)
+    backends.keep_across_copy(backend.kept(src), work / "kept", restore=True)
+    version = f"{backend.read_version(src)}+{provenance.local_label(plan, selected.facts, tree)}"
+    backend.stamp_version(src, version)
+    how = backend.invocation(plan, python, sys.executable, selected.facts.ninja, work, src, dist, defines,
+                             selected.facts.nvcc)
+    for note in how.notes:
+        log.info(note)
+    defines = how.defines
     sched = scheduling.choose(plan, selected.facts.ninja_version, work, scheduling.strip_roots(src, defines))
-    cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
-           f"-Cbuild-dir={work / 'cmake'}", "-Ccmake.build-type=Release",
-           *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items())), str(src)]
+    cmd = how.cmd
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Appended, not rewritten: a build resumed in the same folder (after an interruption) keeps
     # the story of the earlier attempts.
@@ -133,13 +138,20 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         fh.write(f"# build-kernel {plan.recipe.name} key {key} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n"
                  f"# {plan.jobs.derivation}\n# {sched.why}\n")
     started, t0, cpu0 = dt.datetime.now(dt.timezone.utc), time.monotonic(), _children_cpu()
-    cache_env = {**(link_env or {}), **(launcher.env if launcher else {})}
+    cache_env = {**(link_env or {}), **(launcher.env if launcher else {}), **how.env}
+
+    def env_for(jobs: int, sched_env: Mapping[str, str]) -> dict[str, str]:
+        env = {**compile_env(plan, selected, tree, jobs, cache_env), **sched_env}
+        env["PATH"] = ":".join([*how.path_first, env.get("PATH", "")])
+        return env
+
     with scheduling.running(sched) as sched_env:
         attempts = runner.build_with_retries(
-            cmd, lambda jobs: {**compile_env(plan, selected, tree, jobs, cache_env), **sched_env}, cwd=work,
+            cmd, lambda jobs: env_for(jobs, sched_env), cwd=work,
             log_path=log_path, jobs=plan.jobs.jobs, max_oom_retries=plan.recipe.build.max_oom_retries,
             eta=scheduling.eta(plan, sched.tus, plan.jobs.jobs) if any(t.wall_s for t in sched.tus) else None)
     [wheel] = list(dist.glob("*.whl"))
+    backends.check_version(wheel, version)
     if (cache_stats := launcher.stats() if launcher else None) is not None:
         log.info(cache_stats.summary())
     record: dict[str, Any] = {
@@ -149,6 +161,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         "patches": {p.name: p.sha256 for p in plan.series.patches},
         "toolchain": provenance.toolchain_record(selected.facts, selected.source, selected.why,
                                                  selected.toolkit.packages if selected.toolkit else None),
+        "backend": backend.name, "torch": selected.facts.torch_version,
         "archs": [a.torch for a in plan.archs], "defines": dict(defines), "jobs": attempts.jobs,
         "oom_kills": attempts.oom_kills, "job_derivation": plan.jobs.derivation, "scheduler": sched.why, "key": key,
         "host_compiler": linkers.to_dict() if linkers else None,

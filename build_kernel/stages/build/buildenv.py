@@ -26,7 +26,10 @@ BUILD_REQUIREMENTS = ("scikit-build-core>=0.10", "cmake>=3.26", "ninja>=1.11", "
 
 def env_key(plan: Plan) -> str:
     t = plan.recipe.toolchain
-    spec = {"torch": t.torch, "index": t.torch_index, "python": sys.version_info[:2], "reqs": BUILD_REQUIREMENTS}
+    spec: dict[str, object] = {"torch": t.torch, "index": t.torch_index, "python": sys.version_info[:2],
+                               "reqs": BUILD_REQUIREMENTS}
+    if t.build_requires:  # only when given: the environments of recipes without it keep their key
+        spec["more"] = sorted(t.build_requires)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -49,7 +52,7 @@ def python_for(plan: Plan, *, dry_run: bool = False) -> str:
             constraint.write_text(f"torch=={t.torch}\n")
             index = ["--extra-index-url", t.torch_index] if t.torch_index else []
             try:
-                run([python, "-m", "pip", "install", "--quiet", f"torch=={t.torch}", *BUILD_REQUIREMENTS,
+                run([python, "-m", "pip", "install", "--quiet", f"torch=={t.torch}", *BUILD_REQUIREMENTS, *t.build_requires,
                      "-c", constraint, *index], error=ToolchainError, what=f"installing torch {t.torch}",
                     fix="check [toolchain] torch / torch_index, or set torch = \"existing\"", log=root.parent / f"{root.name}.log")
             except ToolchainError:

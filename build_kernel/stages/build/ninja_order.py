@@ -33,6 +33,7 @@ mixed: times measured on another machine do not compare with times recorded here
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import math
 import os
@@ -243,13 +244,30 @@ def _folder(args: Sequence[str]) -> str:
     return os.path.realpath(folder)
 
 
+def _without_j(args: Sequence[str]) -> list[str]:
+    """`args` less `-j N` / `-jN`: ninja >= 1.13 follows MAKEFLAGS' jobserver only when no -j is given."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "-j":
+            skip = True
+        elif not (arg.startswith("-j") and arg[2:].isdigit()):
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """`ninja_order.py --predictions FILE --build-dir DIR --ninja NINJA -- ARGS...`: order, then exec ninja."""
     args = list(sys.argv[1:] if argv is None else argv)
     split = args.index("--")
     opts, rest = dict(zip(args[:split:2], args[1:split:2], strict=False)), args[split + 1:]
     ninja, folder = opts["--ninja"], _folder(rest)
-    if "--version" not in rest and folder == os.path.realpath(opts["--build-dir"]):
+    if opts.get("--drop-j") and "--jobserver-auth" in os.environ.get("MAKEFLAGS", ""):
+        rest = _without_j(rest)  # a caller's -j (torch's cpp_extension passes MAX_JOBS) would turn the jobserver off
+    want = os.path.realpath(opts["--build-dir"])
+    if "--version" not in rest and (folder == want or ("*" in want and fnmatch.fnmatchcase(folder, want))):
         try:
             with open(opts["--predictions"]) as fh:
                 said = order(folder, ninja, json.load(fh), targets_of(rest))
@@ -334,8 +352,11 @@ def preview(data: Mapping[str, Any], n: int = 5) -> dict[str, Any]:
             "first": [{"source": s, "seconds": round(v, 1)} for s, v in first]}
 
 
-def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Mapping[str, Any]) -> Path:
-    """Write the predictions and the CMAKE_MAKE_PROGRAM script that orders `build_dir` before running `ninja`."""
+def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Mapping[str, Any],
+            drop_j: bool = False) -> Path:
+    """Write the predictions and the CMAKE_MAKE_PROGRAM script that orders `build_dir` (a folder, or a glob of
+    folders: setuptools names its own) before running `ninja`; `drop_j`: under a jobserver, the caller's -j
+    is left out."""
     folder.mkdir(parents=True, exist_ok=True)
     data_file, edges = folder / FILE, folder / EDGES
     edges.unlink(missing_ok=True)  # an earlier configure's list is not this build's
@@ -344,7 +365,7 @@ def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Map
     os.replace(tmp, data_file)
     script = folder / "ninja"
     command = shlex.join([python, "-S", HERE, "--predictions", str(data_file), "--build-dir", str(build_dir),
-                          "--ninja", ninja, "--"])
+                          "--ninja", ninja, *(["--drop-j", "1"] if drop_j else []), "--"])
     script.write_text(f'#!/bin/sh\n# build-kernel: orders build.ninja longest first, then runs ninja '
                       f'(build_kernel/stages/build/ninja_order.py)\nexec {command} "$@"\n')
     script.chmod(0o755)

@@ -57,12 +57,19 @@ def strip_roots(src: Path, defines: Mapping[str, str]) -> list[str]:
     return [str(src), *(f"deps/{name}={folder}" for name, folder in deps)]
 
 
+def recorder_command(plan: Plan, python: str, src: Path, defines: Mapping[str, str]) -> list[str]:
+    """The recorder as a launcher (`python -S recorder.py --db ... --`), or [] when the recipe records nothing."""
+    if not plan.recipe.build.profile:
+        return []
+    strip = [w for root in strip_roots(src, defines) for w in ("--strip", root)]
+    return [python, "-S", RECORDER, "--db", str(db_path(plan)), *strip, "--"]
+
+
 def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, str]) -> dict[str, str]:
     """`defines` with the recorder in front of each language's launcher (the cache's, if any)."""
-    if not plan.recipe.build.profile:
+    recorder = recorder_command(plan, python, src, defines)
+    if not recorder:
         return dict(defines)
-    strip = [w for root in strip_roots(src, defines) for w in ("--strip", root)]
-    recorder = [python, "-S", RECORDER, "--db", str(db_path(plan)), *strip, "--"]
     out = dict(defines)
     for lang in LANGUAGES:
         key = f"CMAKE_{lang}_COMPILER_LAUNCHER"
