@@ -40,6 +40,8 @@ def _table(d: Diagnosis) -> Table:
                                                  if d.api_missing else "every name it imports is there"))
     for p in d.problems:
         table.add_row(styled("problem", "red"), f"{p.text}: {p.fix or d.fix}")
+    for st in d.stale:
+        table.add_row(styled("stale", "red"), f"{st.text}: {st.command}")
     for note in d.notes:
         table.add_row("note", note)
     table.add_row("recipe", f"{d.recipe} ({d.recipe_why})")

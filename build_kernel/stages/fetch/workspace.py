@@ -11,7 +11,7 @@ import hashlib
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +91,9 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
     if floating and not offline:
         pins.record(plan, "source", "commit", r.source.repo, r.source.commit, sha)
     dep_dirs = prepare_deps(plan, offline=offline)
-    final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest, r.source.paths)
+    # A submodule (and which of its folders) makes another tree: part of the key.
+    shape = (*r.source.paths, *(f"{s}:{','.join(r.source.sparse_paths)}" for s in r.source.submodules))
+    final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest, shape)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         marker = final / fetch.MARKER
@@ -109,6 +111,8 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
 
         def fill(tmp: Path) -> dict[str, object]:
             fetch.checkout(mirror, sha, tmp, paths=r.source.paths).close()  # no git process outlives the fill
+            for sub in r.source.submodules:
+                _add_submodule(plan, "source", r.source.repo, tmp, sub, r.source.sparse_paths, offline)
             check_applicability(plan, sha, upstream_version(tmp / r.source.subdir))
             applied.extend(patches.apply_series(tmp, plan.series, r.source.subdir, env=plan.env))
             return {"commit": sha, "series_digest": plan.series.digest, "repo": url,
@@ -157,21 +161,23 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
 
         def fill(tmp: Path) -> dict[str, object]:
             fetch.checkout(mirror, sha, tmp, paths=dep.paths).close()
-            subs = {sub: _add_submodule(plan, dep, tmp, sub, offline) for sub in dep.submodules}
+            subs = {sub: _add_submodule(plan, f"deps.{dep.name}", dep.repo, tmp, sub, dep.paths, offline)
+                    for sub in dep.submodules}
             return {"commit": sha, "tag": dep.tag, "repo": url, "paths": list(dep.paths), "submodules": subs}
 
         _make_atomically(final, fill)
     return final
 
 
-def _add_submodule(plan: Plan, dep: Dep, tree: Path, sub: str, offline: bool) -> str:
-    """Check out the commit the dependency's gitlink at `sub` names, as FetchContent's clone
-    would (GIT_SUBMODULES defaults to all), fetched like any dependency; [deps] `paths`
-    below `sub` make it sparse. Returns the submodule's commit."""
+def _add_submodule(plan: Plan, table: str, repo_name: str, tree: Path, sub: str, wanted: Sequence[str],
+                   offline: bool) -> str:
+    """Check out the commit the gitlink at `sub` names (of a dependency, as FetchContent's clone would:
+    GIT_SUBMODULES defaults to all; or of the source itself), fetched like any dependency; `wanted`
+    paths below `sub` make it sparse. `table` names the recipe table in messages. Returns its commit."""
     repo = git.Repo(tree)
     listing = repo.git.ls_tree("HEAD", "--", sub).split()
     if len(listing) < 3 or listing[1] != "commit":
-        raise FetchError(f"[deps.{dep.name}] submodules: {sub!r} is not a submodule of {dep.repo} at {repo.head.commit.hexsha[:12]}",
+        raise FetchError(f"[{table}] submodules: {sub!r} is not a submodule of {repo_name} at {repo.head.commit.hexsha[:12]}",
                          hint="list the gitlink paths of its .gitmodules")
     sha = str(listing[2])
     url = ""
@@ -184,10 +190,10 @@ def _add_submodule(plan: Plan, dep: Dep, tree: Path, sub: str, offline: bool) ->
         if path == sub:
             url = repo.git.config("--blob", "HEAD:.gitmodules", "--get", key[: -len(".path")] + ".url")
     if not is_url(url):
-        raise FetchError(f"[deps.{dep.name}] submodules: no absolute URL for {sub!r} in its .gitmodules ({url or 'none'})",
+        raise FetchError(f"[{table}] submodules: no absolute URL for {sub!r} in its .gitmodules ({url or 'none'})",
                          hint=f"give {sub} as a [deps] entry of its own instead")
     prefix = sub.rstrip("/") + "/"
-    paths = [p[len(prefix):] for p in dep.paths if p.startswith(prefix)]
+    paths = [p[len(prefix):] for p in wanted if p.startswith(prefix)]
     mirror, _ = fetch.ensure_commit(url, sha, plan.cache_dir, offline=offline, paths=paths, mirrors=plan.mirrors)
     dest = tree / sub
     if dest.is_dir() and not any(dest.iterdir()):

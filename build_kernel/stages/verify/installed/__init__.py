@@ -17,7 +17,7 @@ from build_kernel.recipe import Verify
 from build_kernel.stages.serve import api, environment
 from build_kernel.stages.serve.preflight import same_torch
 from build_kernel.stages.verify import checks, cubins, diagnose
-from build_kernel.stages.verify.installed import fp4, gpus, origin, torch_abi, verdict
+from build_kernel.stages.verify.installed import fp4, gpus, origin, stale, torch_abi, verdict
 from build_kernel.stages.verify.installed.verdict import Problem
 from build_kernel.stages.verify.report import LibraryReport, Report
 from build_kernel.stages.verify.rules import rule_for
@@ -42,10 +42,12 @@ class Diagnosis:
     recipe: str = ""
     recipe_why: str = ""
     fix: str = ""
+    # Other kernel packages here whose torch is not this one (the torch ABI guard).
+    stale: list[stale.Stale] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.stale
 
     @property
     def label(self) -> str:
@@ -64,11 +66,17 @@ class Diagnosis:
         return "; ".join(parts)
 
     def verdict(self) -> str:
-        return verdict.line(self.label, self.problems, self.fix, self.summary())
+        if not self.problems and self.stale:
+            first = self.stale[0]
+            more = f" (and {len(self.stale) - 1} more)" if len(self.stale) > 1 else ""
+            return f"{first.text}: {first.command}{more}"
+        line = verdict.line(self.label, self.problems, self.fix, self.summary())
+        return line + (f"; also stale: {', '.join(s.distribution for s in self.stale)}" if self.stale else "")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if k not in ("origin",)}
+        data = {k: v for k, v in asdict(self).items() if k not in ("origin", "stale")}
         data["origin"] = self.origin.to_dict() if self.origin else None
+        data["stale"] = [s.to_dict() for s in self.stale]
         return {**data, "healthy": self.healthy, "verdict": self.verdict()}
 
 
@@ -168,12 +176,18 @@ def _api(d: Diagnosis, installed: environment.Installed, kernel_names: set[str],
 
 
 def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, str], recipe_name: str | None = None,
-            module: str = "sgl_kernel") -> Diagnosis:
-    """Everything `doctor --installed` reports about `module` in `python`."""
+            module: str | None = None) -> Diagnosis:
+    """Everything `doctor --installed` reports about `module` in `python` (default: the package the recipe
+    verifies, `[verify] import_modules`), and every other kernel package there whose torch is not this one."""
+    spec = recipe.load(recipe_name or verdict.DEFAULT_RECIPE).verify
+    if module is None:
+        if not spec.import_modules:
+            raise VerifyError(f"recipe {recipe_name or verdict.DEFAULT_RECIPE} names no [verify] import_modules",
+                              hint="give a recipe that verifies the package to examine")
+        module = spec.import_modules[0].split(".")[0]
     installed = environment.inspect(python, module, env, error=VerifyError, what="Python interpreter",
                                     missing_hint="pass --python PATH of an existing interpreter")
     targets, targets_from = _targets(archs)
-    spec = recipe.load(recipe_name or verdict.DEFAULT_RECIPE).verify
     d = Diagnosis(installed.python, module, [a.torch for a in targets], targets_from,
                   torch_abi.torch_here(installed.torch_root), sglang=installed.sglang)
     picked = _pick(installed, module, d)
@@ -199,6 +213,7 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
         available=recipe.list_recipes())
     d.fix = verdict.command(d.recipe, targets)
     d.problems = [Problem(p.kind, p.text, p.fix.replace("{fix}", d.fix) if p.fix else None) for p in d.problems]
+    d.stale = stale.scan(installed.python, env, d.torch.version, skip=d.origin.distribution if d.origin else "")
     if d.problems:
         d.notes += verdict.recipe_notes(d.recipe, d.torch)
     return d

@@ -1,0 +1,236 @@
+"""The setuptools backend: the minicppext miniature (examples/minicppext, recipe demo-cppext) through fetch,
+build, verify and the torch ABI guard of `doctor --installed`, plus the backend's parts alone.
+
+What is real: the build (setuptools + torch.utils.cpp_extension + ninja + nvcc 13 on one .cu, once per
+session), the recorder, the jobserver, verify's cuobjdump and clean-process import, the wheel installed into a
+second environment. What stands in: that environment's "older torch" is a torch package of two files
+(version.py, dist-info) whose lib/ is this torch's, in a bare venv that sees this venv's site-packages; a
+second real torch (5 GB) is too much for CI. The guard reads files only, so it sees what a downgrade leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+import venv
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from build_kernel import recipe, toolchain
+from build_kernel.plan import resolve
+from build_kernel.resources import Resources
+from build_kernel.stages.build import backends, cache, ninja_order
+from build_kernel.stages.fetch.workspace import Tree
+from build_kernel.stages.verify.installed import stale
+from tests.conftest import REPO_ROOT, run_cli, write_recipe, write_series
+
+RES = Resources(cpus=8, memory_bytes=64 * 1024**3, cpus_why="test", memory_why="test")
+
+
+def _plan(name: str = "demo-cppext", **kw: str) -> object:
+    return resolve(recipe.load(name), env={}, resources=RES, **kw)  # type: ignore[arg-type]
+
+
+# --- fast: the backend's parts ----------------------------------------------------------------------------
+
+
+def test_setuptools_env_names_come_from_the_recipe() -> None:
+    plan = resolve(recipe.load("demo-cppext"), env={}, arch="9.0a,12.0a", jobs=3, resources=RES)
+    env = plan.build_env()
+    assert env["MINICPPEXT_CUDA_ARCHS"] == "90a;120a"  # arch_format = "digits"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0a;12.0a"
+    assert env["MAX_JOBS"] == "3" and env["NVCC_THREADS"] == "1" and env["MINICPPEXT_FORCE_BUILD"] == "TRUE"
+    assert plan.to_dict()["backend"] == "setuptools"
+
+
+def test_flash_attn_recipe_plans_offline_and_forced() -> None:
+    plan = resolve(recipe.load("flash-attn-2.8.3"), env={}, arch="9.0", resources=RES)
+    env = plan.build_env()
+    assert env["FLASH_ATTN_CUDA_ARCHS"] == "90" and env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
+    assert env["MAX_JOBS"] == str(plan.jobs.jobs) and env["NVCC_THREADS"]
+    r = plan.recipe
+    assert r.source.commit == "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
+    assert r.source.submodules == ("csrc/cutlass",) and "csrc/composable_kernel" not in " ".join(r.source.paths)
+    assert "csrc/cutlass/include" not in r.source.paths  # fetched from cutlass itself, at the gitlink's commit
+    assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "wheels")
+
+
+def test_cmake_only_keys_are_refused_for_setuptools(project: Path) -> None:
+    write_series(project, "s", "v1", {})
+    write_recipe(project, "r", """
+        [source]
+        repo = "example:minicppext"
+        commit = "806180d731961fa7ee126d761559c41473c88b66"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        backend = "setuptools"
+        arch = ["9.0"]
+        arch_format = "dots"
+        [build.defines]
+        X = "1"
+        [deps.foo]
+        path = "."
+    """)
+    out = run_cli("recipes", "show", str(project / "recipes/r.toml"))
+    assert out.returncode == 2
+    text = out.stderr
+    assert "CMake defines do not apply to backend = \"setuptools\"" in text
+    assert "[deps] feed CMake's FetchContent" in text
+    assert "'dots' is not one of torch, digits" in text
+
+
+def test_version_stamped_in_the_version_file(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text('import os\n__version__ = "2.8.3"\nX = "__version__ = 1"\n')
+    b = backends.Setuptools("pkg/__init__.py")
+    assert b.read_version(tmp_path) == "2.8.3"
+    b.stamp_version(tmp_path, "2.8.3+cu128.torch2.9.sm90")
+    assert '__version__ = "2.8.3+cu128.torch2.9.sm90"\n' in (tmp_path / "pkg/__init__.py").read_text()
+    wheel = tmp_path / "pkg-2.8.3+cu128.torch2.9.sm90.extra-cp312-cp312-linux_x86_64.whl"
+    with pytest.raises(Exception, match="the tool stamped"):
+        backends.check_version(wheel, "2.8.3+cu128.torch2.9.sm90")
+
+
+def test_ninja_wrapper_drops_minus_j_only_for_the_jobserver() -> None:
+    assert ninja_order._without_j(["-v", "-j", "4", "-C", "x"]) == ["-v", "-C", "x"]
+    assert ninja_order._without_j(["-j4", "all"]) == ["all"]
+
+
+def test_cache_key_includes_torch(tmp_path: Path) -> None:
+    plan = _plan()
+    tree = Tree(tmp_path, tmp_path, "806180d731961fa7ee126d761559c41473c88b66", "d" * 64, True, (), {})
+    facts = toolchain.Facts(python=sys.executable, python_version="3.11", torch_version="2.14.1+cu130", torch_cuda="13.0")
+    same = cache.key(plan, facts, tree, {})  # type: ignore[arg-type]
+    assert cache.key(plan, facts, tree, {}) == same  # type: ignore[arg-type]
+    assert cache.key(plan, replace(facts, torch_version="2.13.0+cu130"), tree, {}) != same  # type: ignore[arg-type]
+
+
+def test_stale_judges_provenance_and_names_the_recipe() -> None:
+    prov = json.dumps({"recipe": "demo-cppext", "archs": ["12.0a"], "toolchain": {"torch": "2.14.1+cu130"}})
+    dists = [{"name": "minicppext", "version": "0.1.0+x", "tops": ["minicppext"], "provenance": prov, "libs": []}]
+    [found] = stale.judge(dists, "2.13.0+cu130", None, {}, ["demo-cppext"])
+    assert found.command == "build-kernel --recipe demo-cppext --arch 12.0a"
+    assert "was built against torch 2.14.1+cu130; this torch is 2.13.0+cu130" in found.text
+    assert stale.judge(dists, "2.14.1+cu130", None, {}, ["demo-cppext"]) == []
+
+
+# --- slow: the real build, once per session ----------------------------------------------------------------
+
+
+class CppextBuild:
+    def __init__(self, cache: Path, out: Path, wheel: Path, output: str, seconds: float) -> None:
+        self.cache, self.out, self.wheel, self.output, self.seconds = cache, out, wheel, output, seconds
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"BUILD_KERNEL_CACHE_DIR": str(self.cache), "BUILD_KERNEL_OUTPUT_DIR": str(self.out)}
+
+
+@pytest.fixture(scope="session")
+def cppext_build(tmp_path_factory: pytest.TempPathFactory) -> CppextBuild:
+    cache_dir, out = tmp_path_factory.mktemp("cppext-cache"), tmp_path_factory.mktemp("cppext-wheels")
+    env = {"BUILD_KERNEL_CACHE_DIR": str(cache_dir), "BUILD_KERNEL_OUTPUT_DIR": str(out)}
+    start = time.monotonic()
+    built = run_cli("build", "--recipe", "demo-cppext", env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    seconds = time.monotonic() - start
+    [wheel] = list(out.glob("*.whl"))
+    return CppextBuild(cache_dir, out, wheel, built.stdout + built.stderr, seconds)
+
+
+def _log(b: CppextBuild) -> str:
+    return "\n".join(p.read_text() for p in (b.cache / "logs").glob("demo-cppext-*.log"))
+
+
+@pytest.mark.slow
+def test_build_labels_records_and_follows_the_tool(cppext_build: CppextBuild) -> None:
+    name = cppext_build.wheel.name
+    assert name.startswith("minicppext-0.1.0+cu130.torch2.14.sm120a.g806180d."), name
+    log = _log(cppext_build)
+    assert "minicppext: MAX_JOBS unset" not in log  # the package's own job rule never ran
+    assert "would download a prebuilt wheel" not in log
+    assert "Jobserver mode detected" in log  # the governor: torch's -j dropped by the ninja wrapper
+    with sqlite3.connect(cppext_build.cache / "profile.sqlite") as db:
+        rows = db.execute("SELECT source, archs, tree_peak_mb FROM compiles WHERE source = 'csrc/scale.cu'").fetchall()
+    assert rows and rows[0][1] == "sm_120a" and rows[0][2] > 100  # the tool's own per-TU memory
+    import zipfile
+
+    with zipfile.ZipFile(cppext_build.wheel) as zf:
+        [prov_name] = [n for n in zf.namelist() if n.endswith("build_kernel_provenance.json")]
+        prov = json.loads(zf.read(prov_name))
+    assert prov["backend"] == "setuptools" and prov["torch"].startswith("2.14.1")
+
+
+@pytest.mark.slow
+def test_verify_then_second_build_is_a_cache_hit(cppext_build: CppextBuild) -> None:
+    verified = run_cli("verify", "--recipe", "demo-cppext", "--json", env=cppext_build.env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    report = json.loads(verified.stdout)
+    assert report["passed"] is True and report["ops_found"] == ["scale"] and report["ops_missing"] == []
+    [lib] = report["libraries"]
+    assert lib["archs"] == ["sm_120a"], lib  # SASS for exactly the asked arch
+    start = time.monotonic()
+    again = run_cli("build", "--recipe", "demo-cppext", env=cppext_build.env)
+    assert again.returncode == 0 and "cache hit" in again.stdout + again.stderr
+    assert time.monotonic() - start < 30
+
+
+def _env_with_torch(root: Path, wheel: Path, torch_version: str | None) -> str:
+    """A bare venv that sees this venv's site-packages (.pth) and holds `wheel`; with `torch_version`, a torch
+    package of its own (version.py and dist-info; lib/ is this torch's) that shadows the real one."""
+    venv.create(root, with_pip=False)
+    [site] = list(root.glob("lib/python3*/site-packages"))
+    import torch
+
+    here = Path(torch.__file__).parent
+    (site / "main.pth").write_text(str(here.parent) + "\n")
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True)
+    if torch_version:
+        (site / "torch").mkdir()
+        (site / "torch/__init__.py").write_text("")
+        (site / "torch/version.py").write_text(f"__version__ = '{torch_version}'\ncuda = '13.0'\n")
+        (site / "torch/lib").symlink_to(here / "lib")
+        info = site / f"torch-{torch_version.split('+')[0]}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n")
+        (info / "RECORD").write_text("")
+    return str(root / "bin" / "python")
+
+
+@pytest.mark.slow
+def test_doctor_names_the_package_whose_torch_changed(cppext_build: CppextBuild, tmp_path: Path) -> None:
+    healthy = _env_with_torch(tmp_path / "same", cppext_build.wheel, None)
+    ok = run_cli("doctor", "--installed", "--python", healthy, "--recipe", "demo-cppext", "--arch", "12.0a")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "is healthy here" in ok.stdout
+    older = _env_with_torch(tmp_path / "older", cppext_build.wheel, "2.13.0+cu130")
+    bad = run_cli("doctor", "--installed", "--python", older, "--recipe", "demo-cppext", "--arch", "12.0a", "--json")
+    assert bad.returncode == 7, bad.stdout + bad.stderr
+    verdict = json.loads(bad.stdout)["verdict"]
+    assert "was built against torch 2.14.1+cu130; this torch is 2.13.0+cu130" in verdict
+    assert "build-kernel --recipe demo-cppext --arch 12.0a" in verdict
+    # Without a recipe, doctor examines its default package and lists every other stale one with its fix.
+    other = run_cli("doctor", "--installed", "--python", older, "--arch", "12.0a", "--json")
+    assert other.returncode == 7
+    [found] = json.loads(other.stdout)["stale"]
+    assert found["distribution"] == "minicppext" and found["command"] == "build-kernel --recipe demo-cppext --arch 12.0a"
+
+
+def test_miniature_commit_is_pinned() -> None:
+    """The recipe pins the miniature's deterministic commit: a changed examples/minicppext moves it."""
+    import tempfile
+
+    from build_kernel.examples import commit_of
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert commit_of("example:minicppext", Path(tmp)) == recipe.load("demo-cppext").source.commit
+    assert (REPO_ROOT / "examples/minicppext/setup.py").is_file()
