@@ -115,10 +115,14 @@ def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, env: Mapping[str,
     major, minor = major_minor(cuda)
     mm = f"{major}.{minor}"
     if major < FIRST_MAJOR:
+        # Seen 2026-12-03: nvidia-cuda-nvcc-cu12 12.8.93 holds bin/ptxas, nvvm/lib64/libnvvm.so, libdevice and
+        # the crt headers only: no nvcc driver, cicc, cudafe++, fatbinary or nvlink, so nothing compiles a .cu.
         raise ToolchainError(
-            f"no PyPI toolkit for CUDA {mm}: the nvidia-cuda-nvcc wheels give a toolkit layout"
-            f" from CUDA {FIRST_MAJOR}.0 on",
-            hint='install a CUDA toolkit and use [toolchain] cuda_source = "system"')
+            f"no PyPI toolkit for CUDA {mm}: the CUDA {major} wheels (nvidia-cuda-nvcc-cu{major}) hold ptxas and "
+            f"libnvvm but no nvcc, cicc or cudafe++; the nvidia-cuda-nvcc wheels are a whole compiler from CUDA "
+            f"{FIRST_MAJOR}.0 on",
+            hint=f'install the CUDA {mm} toolkit (e.g. /usr/local/cuda-{mm}) and set [toolchain] cuda_source = '
+                 f'"system" in an overlay recipe (extends = ...), with its nvcc first on PATH or CUDA_HOME')
     final = toolkit_dir(cache_dir, mm)
     found = _load(final, python)
     if found:
