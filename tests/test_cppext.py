@@ -120,6 +120,52 @@ def test_stale_judges_provenance_and_names_the_recipe() -> None:
     assert stale.judge(dists, "2.14.1+cu130", None, {}, ["demo-cppext"]) == []
 
 
+def test_source_sparse_paths_and_a_sparse_submodule(project: Path, tmp_path: Path) -> None:
+    """flash-attn's shape: setup.py and two folders of the repository, the csrc/cutlass submodule's include/
+    only at the commit its gitlink names; another submodule (composable_kernel) and other folders never."""
+    import git
+
+    from build_kernel.stages.fetch import workspace
+    from tests.conftest import commit_files
+    from tests.test_fetch_remote import BIG, _git
+
+    up = tmp_path / "cutlass"
+    up_sha = commit_files(up, {"include/cutlass.h": "// cutlass\n", "media/big.bin": BIG}, "cutlass")
+    outer = tmp_path / "fa"
+    commit_files(outer, {"setup.py": "# setup\n", "pkg/__init__.py": "", "csrc/fa/a.cu": "// a\n",
+                         "hopper/big.cu": BIG}, "fa")
+    for sub, sha in (("csrc/cutlass", up_sha), ("csrc/ck", up_sha)):
+        _git(outer, "update-index", "--add", "--cacheinfo", f"160000,{sha},{sub}")
+    (outer / ".gitmodules").write_text(f'[submodule "cutlass"]\n\tpath = csrc/cutlass\n\turl = file://{up}\n'
+                                       f'[submodule "ck"]\n\tpath = csrc/ck\n\turl = file:///nowhere/ck\n')
+    _git(outer, "add", ".gitmodules")
+    _git(outer, "commit", "-q", "--no-gpg-sign", "-m", "submodules")
+    sha = _git(outer, "rev-parse", "HEAD").strip()
+    for repo in (outer, up):
+        _git(repo, "config", "uploadpack.allowFilter", "true")
+        _git(repo, "config", "uploadpack.allowAnySHA1InWant", "true")
+    write_series(project, "s", "v1", {})
+    write_recipe(project, "r", f"""
+        [source]
+        repo = "file://{outer}"
+        commit = "{sha}"
+        sparse_paths = ["setup.py", "pkg", "csrc/fa", "csrc/cutlass/include"]
+        submodules = ["csrc/cutlass"]
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        backend = "setuptools"
+        arch = ["9.0"]
+    """)
+    plan = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    tree = workspace.prepare(plan)
+    files = sorted(str(f.relative_to(tree.root)) for f in tree.root.rglob("*") if f.is_file() and ".git" not in f.parts
+                   and f.name != "build-kernel-tree.json" and not f.name.startswith("."))
+    assert files == ["csrc/cutlass/include/cutlass.h", "csrc/fa/a.cu", "pkg/__init__.py", "setup.py"], files
+    assert git.Repo(tree.root / "csrc/cutlass").head.commit.hexsha == up_sha
+
+
 # --- slow: the real build, once per session ----------------------------------------------------------------
 
 
