@@ -1,8 +1,8 @@
 """What the link needs on a host with no driver and a minimal toolkit (a GPU-less builder).
 
-sgl-kernel links the driver two ways: mscclpp through `CUDA::cuda_driver` (CMake's
-FindCUDAToolkit resolves it to a `libcuda.so` of the driver or the toolkit's `stubs/`) and
-common_ops by name (`cuda cublas cublasLt`, `-lcublas` on the link line). A host without a
+A CMake package may link the driver two ways (the real tree of DESIGN.md does both): a subproject
+through `CUDA::cuda_driver` (CMake's FindCUDAToolkit resolves it to a `libcuda.so` of the driver or
+the toolkit's `stubs/`) and a library by name (`cuda cublas cublasLt`, `-lcublas` on the link line). A host without a
 driver, with a minimal toolkit, has neither `libcuda.so` nor `libcublas.so`: configure stops
 at the first, the link at the second. So:
 

@@ -3,7 +3,7 @@
 Why. Stock ninja (>= 1.12) starts ready edges by critical path (edges to the end) and, at
 equal depth, in manifest order; it does not use .ninja_log's times (checked on the build
 environment's ninja 1.13.2 and pinned by tests/test_ninja_order.py). CMake writes a
-library's objects in CMakeLists order, so in the real sgl-kernel build (6ffc74ef, 12.0a,
+library's objects in CMakeLists order, so in the real H200 build of DESIGN.md (6ffc74ef, 12.0a,
 15 jobs) the longest TU, fp8_gemm_kernel (341 s), started at 58 s and fp8_blockwise_moe
 (212 s) at 227 s: they trailed the build instead of overlapping its many short compiles.
 
@@ -164,8 +164,8 @@ def choose(edges: Mapping[str, tuple[str, str]], data: Mapping[str, Any]) -> tup
 
 def built(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[str]) -> list[str]:
     """The sources this ninja run compiles: `targets` (ninja's defaults when none) and what they need.
-    Not compdb's list, which also holds targets CMake leaves out of `all` (sgl-kernel's sm90 variant
-    when no 9.x arch is asked, FA3, FlashMLA): counted as still to come, those would hold the governor's
+    Not compdb's list, which also holds targets CMake leaves out of `all` (a variant library
+    no asked arch loads, optional modules): counted as still to come, those would hold the governor's
     bound up for the whole build."""
     listed = process.run([ninja, "-C", folder, "-t", "commands", *targets], what="ninja -t commands").stdout
     return sorted(d.source for line in listed.splitlines() if (d := compiled(line, data["strip"])) is not None)

@@ -143,7 +143,7 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
 
 def sass_lines(so: Path, tool: str, env: Mapping[str, str]) -> Iterator[str]:
     """`cuobjdump -sass` of every cubin in `so`, line by line: one call per library, streamed,
-    because a large library (sgl-kernel's common_ops) disassembles to hundreds of MB of text.
+    because a large library (a real kernel library's largest) disassembles to hundreds of MB of text.
     A library without device code yields nothing."""
     yield from process.lines([tool, "-sass", so], error=VerifyError, what=f"cuobjdump -sass {so.name}",
                              fix="install nvidia-cuda-nvdisasm matching cuobjdump", env=tool_env(env),

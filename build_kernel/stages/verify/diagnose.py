@@ -10,9 +10,11 @@ carries its own libstdc++ (`embedded_libstdcxx`).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
@@ -21,6 +23,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from build_kernel import process
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 # CUDA libraries whose soname carries the CUDA major (libcudart.so.12, libnvrtc.so.13, ...).
 CUDA_LIBS = ("cudart", "nvrtc", "cublas", "cublasLt", "cusparse", "cusolver", "cufft", "curand", "nvJitLink",
@@ -61,7 +68,7 @@ def embedded_libstdcxx(so: Path) -> list[str]:
 
     In one process with torch's libstdc++.so.6 (another GCC's) calls into the two copies mix,
     and a stream built by one is formatted by the other: `ostream << int` crashes (seen: a 12.0a
-    sgl-kernel wheel built with GCC 13's libstdc++.a, its first error message with a number)."""
+    wheel built with GCC 13's libstdc++.a on the H200 host, its first error message with a number)."""
     with so.open("rb") as fh:
         section = ELFFile(fh).get_section_by_name(".dynsym")
         if not isinstance(section, SymbolTableSection):
@@ -105,23 +112,27 @@ def explain(error: str, stack: Stack, *, wheel_torch: str | None = None, fix: st
     return lines[-1] if lines else "(no message)"
 
 
-# Upstream moved the NVFP4 kernels out of the prebuilt library at f88acf878 (PR #20012, 2026-03-07):
-# sglang JIT-compiles them at run time (python/sglang/jit_kernel/nvfp4.py, through tvm-ffi and nvcc).
-# The first release after it is 0.4.0 (2026-03-16, distribution `sglang-kernel`).
-FP4_JIT_FROM = (0, 4)
-_SGL_KERNEL = {"sgl-kernel", "sglang-kernel"}
+NOTES = Path(__file__).resolve().parents[2] / "package_notes.toml"
+
+
+def package_note(distribution: str) -> dict[str, Any]:
+    """The package notes' table for a distribution (by its name or an alias), {} when it has none."""
+    name = canonicalize_name(distribution)
+    with NOTES.open("rb") as fh:
+        notes = tomllib.load(fh)
+    return next((dict(t) for key, t in notes.items()
+                 if name == canonicalize_name(key) or name in {canonicalize_name(a) for a in t.get("aliases", [])}), {})
 
 
 def fp4_absent(distribution: str, version: str) -> str:
-    """Why a wheel's FP4 library shows no FP4 instructions: for sgl-kernel >= 0.4 they are JIT-compiled
-    by sglang and never in the wheel; before (or for another package), the build left them out."""
+    """Why a wheel's FP4 library shows no FP4 instructions: the package notes say from which release its FP4
+    kernels are JIT-compiled at run time and never in the wheel; before (or for another package), the build
+    left them out."""
+    note = package_note(distribution)
     try:
-        release = Version(version).release
+        release, since = Version(version).release, Version(str(note.get("fp4_jit_from", ""))).release
     except InvalidVersion:
-        release = ()
-    if canonicalize_name(distribution) in _SGL_KERNEL and release[:2] >= FP4_JIT_FROM:
-        return (f"{distribution} {version} has none to find: from 0.4 the NVFP4 kernels are JIT-compiled by sglang "
-                "at run time (sglang.jit_kernel.nvfp4, upstream f88acf878, PR #20012), not built into the wheel "
-                "(drop fp4_sass and the FP4 library rule from the recipe's [verify]; prove them ahead of time with "
-                "[serve] jit_prewarm = [\"sglang.jit_kernel.nvfp4\"]: build-kernel jit-prewarm)")
+        release, since = (), ()
+    if since and release[:len(since)] >= since:
+        return f"{distribution} {version} has none to find: {note['fp4_jit_why']}"
     return "the FP4 kernels were not compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"

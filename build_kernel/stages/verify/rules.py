@@ -38,7 +38,7 @@ def rule_for(path: str, spec: Verify) -> LibraryRule:
 
 def loading(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...]:
     """The asked archs whose GPUs load this library (`not_loaded_on` is by compute capability: a cc 9.0
-    GPU loads sgl-kernel's sm90/ library, whether 9.0 or 9.0a was asked)."""
+    GPU loads a package's cc-9.0 library, whether 9.0 or 9.0a was asked)."""
     other = {(a.major, a.minor) for a in parse_arch_list(list(rule.not_loaded_on))} if rule.not_loaded_on else set()
     return tuple(a for a in asked if (a.major, a.minor) not in other)
 

@@ -210,7 +210,7 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
     d.recipe, d.recipe_why = verdict.choose_recipe(
         given=recipe_name, built_by=d.origin.provenance.get("recipe") if d.origin else None,
         version=d.origin.version if d.origin else None, sglang_pin=verdict.kernel_pin(installed.sglang_requires),
-        available=recipe.list_recipes())
+        available=recipe.list_recipes(), module=module)
     d.fix = verdict.command(d.recipe, targets)
     d.problems = [Problem(p.kind, p.text, p.fix.replace("{fix}", d.fix) if p.fix else None) for p in d.problems]
     d.stale = stale.scan(installed.python, env, d.torch.version, skip=d.origin.distribution if d.origin else "")

@@ -28,7 +28,7 @@ class Origin:
 
     @property
     def label(self) -> str:
-        """`sgl-kernel 0.3.21 (PyPI)`: what the verdict calls it."""
+        """`<distribution> 0.3.21 (PyPI)`: what the verdict calls it."""
         short = {"index": "PyPI", "build-kernel": "built by build-kernel", "url": "a local install"}[self.source]
         return f"{self.distribution} {self.version} ({short})"
 

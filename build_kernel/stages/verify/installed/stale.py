@@ -1,14 +1,13 @@
 """The torch ABI guard: every installed kernel package whose torch is no longer the environment's.
 
 A C++/CUDA extension links torch's C++ ABI, which changes with every torch minor: after a torch
-upgrade or downgrade (sglang 0.5.9's `torch==2.9.1` pulling torch back under a wheel built for
-2.14) the package still imports its Python files and dies at the first library load, or worse.
+upgrade or downgrade (a serving stack's `torch==` pin pulling torch back under a wheel built
+for a newer one) the package still imports its Python files and dies at the first library load, or worse.
 Which packages to look at comes from data, not from names in the code:
 
 - every distribution with our provenance (`build_kernel_provenance.json`: the torch it was compiled
   against, the recipe and archs that built it): its recorded torch vs the installed one;
-- every distribution that ships a module some recipe verifies (`[verify] import_modules`: flash_attn,
-  sgl_kernel, ...) without our provenance (PyPI, a hand build): the torch symbols its libraries import
+- every distribution that ships a module some recipe verifies (`[verify] import_modules`) without our provenance (PyPI, a hand build): the torch symbols its libraries import
   that the installed torch's libraries do not export.
 
 Each one found is named with the command that rebuilds it for this torch.

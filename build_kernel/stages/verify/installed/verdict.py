@@ -14,7 +14,8 @@ from build_kernel.stages.serve.environment import KERNEL_DISTRIBUTIONS
 from build_kernel.stages.serve.preflight import same_torch
 from build_kernel.stages.verify.installed.torch_abi import TorchHere, pinned
 
-# The last SGLang main with the NVFP4 kernels in the prebuilt library (sgl-kernel 0.3.21 @ 6ffc74ef).
+# The recipe of the package doctor examines by default: the last SGLang main with the NVFP4 kernels in the
+# prebuilt library (6ffc74ef).
 DEFAULT_RECIPE = "nightly-cu130"
 
 
@@ -28,14 +29,26 @@ class Problem:
 
 
 def kernel_pin(sglang_requires: Sequence[str]) -> str | None:
-    """The kernel version sglang pins (`sgl-kernel==0.3.21`), if it pins one exactly."""
+    """The kernel version sglang pins (`<kernel>==0.3.21`, serve's KERNEL_DISTRIBUTIONS), if it pins one exactly."""
     return pinned(sglang_requires, KERNEL_DISTRIBUTIONS)
 
 
+def _release_recipe(public: str, module: str, available: Sequence[str]) -> str | None:
+    """The recipe named `<anything>-<public>` that verifies `module` (`<package>-0.3.21` builds 0.3.21)."""
+    for name in sorted(n for n in available if n.endswith(f"-{public}")):
+        try:
+            modules = recipe.load(name).verify.import_modules
+        except BuildKernelError:
+            continue
+        if any(m.split(".")[0] == module for m in modules):
+            return name
+    return None
+
+
 def choose_recipe(*, given: str | None, built_by: str | None, version: str | None, sglang_pin: str | None,
-                  available: Sequence[str]) -> tuple[str, str]:
+                  available: Sequence[str], module: str = "") -> tuple[str, str]:
     """(recipe, why): the one asked for; the one that built it; the release recipe of its version or of
-    the version sglang pins; else the AOT-FP4 snapshot."""
+    the version sglang pins (a recipe `*-<version>` that verifies `module`); else the default recipe."""
     if given:
         return given, "--recipe"
     if built_by and built_by in available:
@@ -45,9 +58,9 @@ def choose_recipe(*, given: str | None, built_by: str | None, version: str | Non
             public = Version(v).public if v else None
         except InvalidVersion:
             public = None
-        if public and f"sgl-kernel-{public}" in available:
-            return f"sgl-kernel-{public}", why
-    return DEFAULT_RECIPE, "the last sgl-kernel with NVFP4 ahead of time (6ffc74ef)"
+        if public and module and (found := _release_recipe(public, module, available)):
+            return found, why
+    return DEFAULT_RECIPE, "the default recipe (its [verify] package, built ahead of time with NVFP4: 6ffc74ef)"
 
 
 def command(name: str, archs: Sequence[Arch]) -> str:
