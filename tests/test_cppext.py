@@ -97,6 +97,20 @@ def test_version_stamped_in_the_version_file(tmp_path: Path) -> None:
         backends.check_version(wheel, "2.8.3+cu128.torch2.9.sm90")
 
 
+def test_setuptools_build_folder_survives_the_source_copy(tmp_path: Path) -> None:
+    """An interrupted build reruns in the same key's folder: setuptools' objects (build/temp.*) are kept
+    across the fresh copy of the sources, so ninja compiles only what is missing."""
+    src = tmp_path / "src"
+    (src / "build/temp.linux").mkdir(parents=True)
+    (src / "build/temp.linux/a.o").write_text("object")
+    kept = backends.Setuptools().kept(src)
+    backends.keep_across_copy(kept, tmp_path / "kept", restore=False)
+    assert not (src / "build").exists()
+    (src / "setup.py").write_text("# a fresh copy")
+    backends.keep_across_copy(kept, tmp_path / "kept", restore=True)
+    assert (src / "build/temp.linux/a.o").read_text() == "object"
+
+
 def test_ninja_wrapper_drops_minus_j_only_for_the_jobserver() -> None:
     assert ninja_order._without_j(["-v", "-j", "4", "-C", "x"]) == ["-v", "-C", "x"]
     assert ninja_order._without_j(["-j4", "all"]) == ["all"]
@@ -225,6 +239,14 @@ def test_verify_then_second_build_is_a_cache_hit(cppext_build: CppextBuild) -> N
     again = run_cli("build", "--recipe", "demo-cppext", env=cppext_build.env)
     assert again.returncode == 0 and "cache hit" in again.stdout + again.stderr
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_publish_then_install_back(cppext_build: CppextBuild, tmp_path: Path) -> None:
+    out = run_cli("publish", "--recipe", "demo-cppext", "--to", str(tmp_path / "index"), "--json", env=cppext_build.env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert list((tmp_path / "index").rglob("minicppext-0.1.0+cu130.torch2.14.sm120a.*.whl"))
+    assert "minicppext" in out.stdout and '"error"' not in out.stdout
 
 
 def _env_with_torch(root: Path, wheel: Path, torch_version: str | None) -> str:
