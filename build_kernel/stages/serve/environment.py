@@ -55,7 +55,8 @@ for dist in md.distributions():
         name = dist.metadata["Name"]
         out["dists"][name] = {"version": dist.version, "root": str(dist.locate_file("")),
                               "files": {str(f): (f.hash.value if f.hash else None) for f in files
-                                        if str(f).startswith(module + "/")},
+                                        if str(f).startswith(module + "/")
+                                        or ("/" not in str(f) and ".so" in str(f))},
                               "requires": dist.requires or [], "direct_url": dist.read_text("direct_url.json"),
                               "provenance": dist.read_text("build_kernel_provenance.json"),
                               "installer": (dist.read_text("INSTALLER") or "").strip()}

@@ -199,7 +199,9 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
             d.problems.insert(0, Problem("record", f"has {len(o.changed)} file(s) that differ from its RECORD and "
                                                    f"{len(o.missing)} missing (e.g. {bad[0]})", o.reinstall()))
         root = Path(dist["root"])
-        libs = sorted(p for p in (root / module).rglob("*") if p.is_file() and checks.LIBRARY.search(p.name))
+        # The package's libraries, and extension modules it installs beside it (a top-level `<ext>.so`).
+        libs = sorted({*(p for p in (root / module).rglob("*") if p.is_file() and checks.LIBRARY.search(p.name)),
+                       *(root / rel for rel in dist["files"] if "/" not in rel and checks.LIBRARY.search(rel))})
         d.cuda_linked = diagnose.cuda_majors(libs)
         _torch_problems(d, libs)
         kernel_names = api.defined_installed(root, module) or set()
