@@ -102,6 +102,14 @@ class Plan:
         }
 
 
+def recipe_arg(recipe: Recipe) -> str:
+    """How a hint names the recipe on a command line so that it works as written: its name when it
+    is a shipped recipe (`recipes/NAME.toml`), else its path."""
+    from build_kernel.recipe import recipes_dir
+
+    return recipe.name if recipe.path == recipes_dir() / f"{recipe.name}.toml" else str(recipe.path)
+
+
 def _pick(cli: Any, env: Mapping[str, str], env_key: str, recipe_value: Any) -> tuple[Any, str]:
     if cli is not None:
         return cli, "command line"

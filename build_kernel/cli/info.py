@@ -95,12 +95,9 @@ def _order_row(order: dict[str, Any]) -> str:
     return f"longest first by the {order['source']}{' ' + order['file'] if order['file'] else ''}: {first}, ..."
 
 
-@click.command("plan")
-@shared_options
-@click.pass_obj
-def plan_cmd(opts: Options) -> None:
-    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
-    p = opts.plan()
+def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
+    """The resolved plan as `plan` prints it (JSON data, table); reads only, installs nothing
+    (the pipeline's dry run prints the same)."""
     data = p.to_dict()
     data["cuda_toolkit"], facts = _toolkit(p)
     table = Table("key", "value", show_header=False)
@@ -109,6 +106,10 @@ def plan_cmd(opts: Options) -> None:
     for rw in p.remotes():
         if rw.rewritten:
             table.add_row("mirror", rw.describe())
+    t = p.recipe.toolchain
+    table.add_row("toolchain", f"torch {t.torch}{f' from {t.torch_index}' if t.torch_index else ''}, CUDA {t.cuda}, "
+                               f"cmake {t.cmake}")
+    table.add_row("series", f"{p.recipe.patches.series}/{p.recipe.patches.version} ({p.series.directory})")
     for patch in p.series.patches:
         table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
     table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
@@ -129,7 +130,15 @@ def plan_cmd(opts: Options) -> None:
         data["serve"]["sglang"] = sglang = sglang_dist.choose(p).to_dict()
         table.add_row("serve", f"{p.recipe.serve.model} with {sglang['describe']}")
     table.add_row("cache", str(p.cache_dir))
-    emit(opts, data, table)
+    return data, table
+
+
+@click.command("plan")
+@shared_options
+@click.pass_obj
+def plan_cmd(opts: Options) -> None:
+    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
+    emit(opts, *describe_plan(opts.plan()))
 
 
 def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) -> Table:
