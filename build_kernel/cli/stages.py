@@ -126,7 +126,7 @@ def publish_cmd(opts: Options, wheels: tuple[Path, ...], to: str | None, install
         if not wheels:
             raise click.UsageError("nothing to publish: pass WHEEL… or --recipe NAME")
         # No recipe: this interpreter installs back, and the wheels' own top-level modules are imported.
-        target = publish.resolve_target(to, None, env=opts.env, install_url=install_url, recipe_root=None)
+        target = publish.resolve_target(to, None, env=opts.env, install_url=install_url)
         with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
             result = publish.publish(list(wheels), target, skip_existing=skip_existing, force=force,
                                      import_modules=None, python=sys.executable, env=opts.env, log_path=None)
