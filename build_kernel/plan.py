@@ -9,6 +9,7 @@ Stage code never reads os.environ itself: it gets this plan.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
@@ -102,6 +103,11 @@ class Plan:
         }
 
 
+# CPU architecture names a build system may export as ARCH (Debian, kernel and Yocto builds do).
+_CPU_ARCH = re.compile(r"^(x86_64|x86|amd64|i[3-6]86|aarch64|arm64|arm\w*|ppc64\w*|powerpc\w*|s390x?|riscv\w*|mips\w*|"
+                       r"loongarch\w*|sparc\w*|ia64)$", re.I)
+
+
 def recipe_arg(recipe: Recipe) -> str:
     """How a hint names the recipe on a command line so that it works as written: its name when it
     is a shipped recipe (`recipes/NAME.toml`), else its path."""
@@ -136,7 +142,11 @@ def resolve(
         try:
             archs = parse_arch_list(arch_value)
         except ArchSpellingError as exc:
-            raise RecipeError([f"{arch_source}: arch: {exc}"]) from None
+            # Build systems often export ARCH as the CPU (x86_64, aarch64): say where it came from and how to stop it.
+            cpu = arch_source == "environment ARCH" and _CPU_ARCH.match(str(arch_value).strip())
+            fix = (f" (ARCH={arch_value} names a CPU, as build systems often set it, not a CUDA arch: unset ARCH, or "
+                   "pass --arch 12.0a to override it)" if cpu else "")
+            raise RecipeError([f"{arch_source}: arch: {exc}{fix}"]) from None
         if recipe.build.fp4:
             problems: list[str] = []
             check_fp4(archs, lambda msg: problems.append(f"{arch_source}: arch: {msg} (recipe {recipe.name} sets fp4 = true)"))

@@ -268,6 +268,27 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
                                   "uploadpack.allowAnySHA1InWant)") from None
 
 
+# git's words for a repository it could not reach or read at all (the URL or mirror is wrong, not the ref).
+_UNREACHABLE = ("does not appear to be a git repository", "repository not found", "could not read from remote",
+                "could not resolve host", "unable to access", "no such file or directory", "connection refused",
+                "not found")
+
+
+def _floating_error(ref: str, where: str, said: str) -> FetchError:
+    """Why a branch/tag could not be fetched, pointing at what to fix: an abbreviated SHA (a server fetches
+    commits by full SHA only), the repository or mirror itself, else the ref."""
+    if re.fullmatch(r"[0-9a-fA-F]{7,39}", ref):
+        return FetchError(f"{ref!r} looks like an abbreviated commit SHA, and {where} fetches commits by their full "
+                          f"SHA only: {said}", hint="pin the full 40-hex SHA (`git rev-parse " + ref + "` in a clone "
+                          "prints it), and drop allow_floating")
+    if any(s in said.lower() for s in _UNREACHABLE) and "remote ref" not in said.lower():
+        fix = ("fix or create the mirror, or remove its [mirrors] entry" if where.startswith("mirror ")
+               else "check [source] repo / [deps.NAME] repo, your network and the [mirrors] table of the user config")
+        return FetchError(f"cannot read {where}: {said}", hint=fix)
+    return FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {said}",
+                      hint="check the ref")
+
+
 def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool) -> str:
     """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref
@@ -275,8 +296,7 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
         try:
             _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}")
         except git.GitCommandError as exc:
-            raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
-                             hint="check the ref") from None
+            raise _floating_error(ref, where, _git_error(exc)) from None
     # An annotated tag names a tag object: the commit it points at is what gets checked out.
     sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
     if sha:
