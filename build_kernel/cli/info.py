@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from build_kernel import recipe, toolchain
+from build_kernel import log, recipe, stack, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.plan import Plan
@@ -62,12 +62,10 @@ def recipes_reference() -> None:
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
     """Which nvcc the build would use, and why, without installing anything (and what else is there)."""
-    from build_kernel.stages.build import buildenv, toolkit
+    from build_kernel.stages.build import toolkit
 
-    python = buildenv.python_for(p, dry_run=True)
-    exists = Path(python).exists()
-    facts = toolchain.detect(python if exists else sys.executable, p.env)
-    return toolkit.describe(p, facts, python_exists=exists), facts
+    found = stack.resolve(p)
+    return toolkit.describe(p, found.facts, python_exists=found.built), found.facts
 
 
 def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
@@ -100,6 +98,9 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
     (the pipeline's dry run prints the same)."""
     data = p.to_dict()
     data["cuda_toolkit"], facts = _toolkit(p)
+    if warning := stack.series_warning(p):
+        log.warn(warning)  # a recipe may pair a series with a commit on purpose: said, not refused
+        data["warnings"] = [warning]
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
@@ -151,7 +152,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     table.add_row("g++", f"{facts.gcc_version} ({facts.gcc})" if facts.gcc else "MISSING")
     table.add_row("nvcc", f"CUDA {facts.nvcc_version} ({facts.nvcc}, root {facts.cuda_home})" if facts.nvcc else "MISSING")
     table.add_row("nvcc archs", " ".join(f"sm_{a}" for a in facts.nvcc_archs) or "-")
-    table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
+    built = (data.get("stack") or {}).get("built", True)
+    table.add_row("torch", "MISSING" if not facts.torch_version else f"{facts.torch_version} (CUDA {facts.torch_cuda})"
+                  + ("" if built else " (the recipe's pin)"))
     table.add_row("cpus", f"{res['cpus']} ({res['cpus_why']})")
     table.add_row("memory", f"{res['memory_gb']:.1f} GB ({res['memory_why']})")
     for rw in p.remotes() if p else []:
@@ -162,6 +165,10 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     for dep in data.get("system", []):
         state = "found" if dep["ok"] else f"[red]MISSING[/] {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})"
         table.add_row("system", f"{dep['name']} for {dep['needed_by'] or 'the build'}: {state}")
+    if note := (data.get("stack") or {}).get("note"):
+        table.add_row("build env", escape(note))
+    for warning in data.get("warnings", []):
+        table.add_row("[yellow]warning[/]", escape(warning))
     for problem in data.get("problems", []):
         table.add_row("[red]problem[/]", problem)
     return table
@@ -187,14 +194,20 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
     if python:
         raise click.UsageError("--python goes with --installed")
 
-    facts = toolchain.detect(sys.executable, opts.env)
+    p = opts.plan() if opts.recipe else None
+    # With a recipe, the stack its build will use (its environment's torch, or its pins), not this interpreter's.
+    found = stack.resolve(p) if p is not None else None
+    facts = found.facts if found is not None else toolchain.detect(sys.executable, opts.env)
     res = probe()
     data: dict[str, Any] = {"tools": facts.to_dict(), "resources": {
         "cpus": res.cpus, "cpus_why": res.cpus_why, "memory_gb": round(res.memory_gb, 2), "memory_why": res.memory_why}}
-    p = opts.plan() if opts.recipe else None
-    if p is not None:
+    if p is not None and found is not None:
+        data["stack"] = found.to_dict()
         data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
-                                               want_cuda=p.recipe.toolchain.cuda, series=p.series)
+                                               want_cuda=p.recipe.toolchain.cuda, series=p.series,
+                                               commit=p.recipe.source.commit)
+        if warning := stack.series_warning(p):
+            data["warnings"] = [warning]
         data["cuda_toolkit"] = toolkit.describe(p, facts)
         if data["cuda_toolkit"]["source"] == "none":
             data["problems"].append(data["cuda_toolkit"]["why"])

@@ -73,7 +73,8 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     """Build (or take from the cache) the wheel for this plan."""
     selected = toolkit.select(plan, python, offline=offline)
     toolchain.require(toolchain.preflight(selected.facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
-                                          want_cuda=plan.recipe.toolchain.cuda, series=plan.series))
+                                          want_cuda=plan.recipe.toolchain.cuda, series=plan.series,
+                                          commit=plan.recipe.source.commit))
     defines = {**toolkit.cmake_defines(selected), **tree.fetchcontent_defines(), **plan.recipe.build.defines}
     key = cache.key(plan, selected.facts, tree, defines, selected.toolkit)
     log_path = plan.cache_dir / "logs" / f"{plan.recipe.name}-{key}.log"
