@@ -19,7 +19,7 @@ from build_kernel import mirrors as mirrors_config
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
 from build_kernel.errors import RecipeError
 from build_kernel.recipe import Recipe, check_fp4
-from build_kernel.resources import JobPlan, Resources, plan_jobs, probe
+from build_kernel.resources import JobPlan, Resources, given_jobs, plan_jobs, probe
 from build_kernel.series import Series, load_series
 
 
@@ -168,7 +168,8 @@ def resolve(
                    else f"e.g. {jobs_source.split()[-1]}=8 or {jobs_source.split()[-1]}=auto" if jobs_source.startswith("environment")
                    else 'e.g. jobs = 8 or jobs = "auto"')
             raise RecipeError([f"{jobs_source}: jobs: {jobs_value} is not a positive number ({fix})"]) from None
-        job_plan = JobPlan(n, f"jobs = {n} (set by {jobs_source})", b.job_memory_gb, jobs_source)
+        job_plan = given_jobs(n, jobs_source, res, job_memory_gb=b.job_memory_gb, nvcc_threads=b.nvcc_threads,
+                              n_archs=len(archs), reserve_gb=b.reserve_gb)
     cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
     output, _ = _pick(output_dir, env, "BUILD_KERNEL_OUTPUT_DIR", None)
     return Plan(

@@ -44,12 +44,16 @@ def recipes_list(opts: Options) -> None:
 
 
 @recipes_group.command("show")
-@click.argument("name")
+@click.argument("name", required=False)
 @shared_options
 @click.pass_obj
-def recipes_show(opts: Options, name: str) -> None:
-    """A recipe with inheritance resolved."""
-    r = recipe.load(name)
+def recipes_show(opts: Options, name: str | None) -> None:
+    """A recipe with inheritance resolved (NAME, or --recipe as every command takes it)."""
+    if name and opts.recipe and name != opts.recipe:
+        raise click.UsageError(f"two recipes given: {name} and --recipe {opts.recipe}; give one")
+    if not (name or opts.recipe):
+        raise click.UsageError("no recipe given: pass NAME or --recipe NAME (see `build-kernel recipes list`)")
+    r = recipe.load(name or opts.recipe or "")
     data = {"name": r.name, "path": str(r.path), "digest": r.digest, "recipe": r.raw}
     emit(opts, data, json.dumps(data, indent=2, default=str))
 
@@ -115,6 +119,9 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
         table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
     table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
     table.add_row("jobs", p.jobs.derivation)
+    for warning in p.jobs.warnings:
+        log.warn(warning)
+        table.add_row("[yellow]warning[/]", escape(warning))
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")

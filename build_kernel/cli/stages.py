@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from build_kernel import log, stages
@@ -80,6 +81,11 @@ def _report_table(report: Report) -> Table:
     for f in report.failures:
         table.add_row("[red]FAIL[/]", f)
     verdict = "[green]passed[/]" if report.passed else "[red]failed[/]"
+    if report.passed and not report.checks.get("import", True):
+        # Device code only: a wheel that links another CUDA passed that much, and no more.
+        wrong = [w for w in report.warnings if "it will not load on" in w]
+        verdict = (f"[yellow]device code passed (--static), but it will not load with this recipe: "
+                   f"{escape(wrong[0].split(';')[0])}[/]" if wrong else "[green]device code passed (--static: not imported)[/]")
     table.add_row("result", f"{verdict} (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
     return table
 

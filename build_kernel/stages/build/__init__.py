@@ -169,6 +169,8 @@ class BuildStage:
             raise BuildError("no source tree to build", hint="run the fetch stage first")
         python = ctx.build_python()
         log.info(ctx.plan.jobs.derivation)
+        for warning in ctx.plan.jobs.warnings:
+            log.warn(warning)
         result = build(ctx.plan, ctx.tree, python, force=ctx.force, offline=ctx.offline)
         ctx.build, ctx.wheels = result, [result.wheel]
         return Done("cached" if result.cached else "done", result.to_dict())
