@@ -73,6 +73,13 @@ class ServeError(BuildKernelError):
     exit_code = 9
 
 
+class TestError(BuildKernelError):
+    """The package's own tests failed, crashed or could not run against the wheel."""
+
+    __test__ = False  # not a pytest class
+    exit_code = 11
+
+
 class NotBuiltYet(BuildKernelError):
     """A pipeline stage that this version of the tool does not provide yet."""
 

@@ -282,6 +282,15 @@ _FLAG_VARIABLES = ("LDFLAGS", "CXXFLAGS", "CFLAGS", "CUDAFLAGS")
 _PROBE_SOURCE = "#include <sstream>\nint probe(int v) { std::ostringstream o; o << v; return (int)o.str().size(); }\n"
 
 
+def static_flag_problem(env: Mapping[str, str]) -> str | None:
+    """-static-libstdc++ (or -static) in the flags CMake takes from the environment, named."""
+    for name in _FLAG_VARIABLES:
+        if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
+            return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
+                    f"torch's libstdc++.so.6; unset it or remove {bad[0]} (e.g. `env -u {name} build-kernel ...`)")
+    return None
+
+
 def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
     """Whether the libraries would link libstdc++ shared, as torch does.
 
@@ -292,10 +301,8 @@ def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
     wrapper, a specs file or a compiler without libstdc++.so links it in just the same)."""
     from build_kernel.stages.verify.diagnose import embedded_libstdcxx  # ELF reading lives with verify
 
-    for name in _FLAG_VARIABLES:
-        if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
-            return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
-                    f"torch's libstdc++.so.6; unset it or remove {bad[0]} (e.g. `env -u {name} build-kernel ...`)")
+    if problem := static_flag_problem(env):
+        return problem
     compiler = cxx or which("c++", env.get("PATH")) or which("g++", env.get("PATH"))
     if not compiler:
         return None  # no compiler: the host-compiler check says so

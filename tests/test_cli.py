@@ -19,7 +19,7 @@ from tests.conftest import REPO_ROOT, run_cli
 
 SHARED = ("--recipe", "--arch", "--jobs", "--cache-dir", "--output-dir", "--json", "--debug")
 # README's placeholders, as a user would fill them in here.
-FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "45aacfd8c22851cb8a07c2f9a22799388d75fef0",
+FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "11fb04d8617e57d7c4d576246c47902f30d4cc7c",
         "REF": "main", "FILE": "/tmp/bk-readme-health.json", "NAME|URL|DIR": "/tmp/bk-readme-index",
         "NAME|URL|PATH": "/tmp/bk-readme-index", "DIR": "patches/minikernel/v1", "DEST": "/tmp/bk-readme-wt",
         "PATH": sys.executable}

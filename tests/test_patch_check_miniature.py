@@ -32,7 +32,7 @@ def test_patch_check_shows_every_state(project: Path, tmp_path: Path) -> None:
 
     copy_series(project, PATCHES, "v1")
     write_recipe(project, "r", demo_recipe_text().replace('repo = "example:minikernel"', f'repo = "{upstream}"')
-                 .replace('commit = "45aacfd8c22851cb8a07c2f9a22799388d75fef0"', f'commit = "{base}"'))
+                 .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{base}"'))
 
     def states(commit: str) -> dict[str, dict[str, object]]:
         proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "patch", "check",

@@ -73,7 +73,7 @@ def recipe(project: Path, upstream: Upstream) -> Path:
     copy_series(project, PATCHES, "v1")
     return write_recipe(project, "r", demo_recipe_text()
                         .replace('repo = "example:minikernel"', f'repo = "{upstream.url}"')
-                        .replace('commit = "45aacfd8c22851cb8a07c2f9a22799388d75fef0"',
+                        .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"',
                                  f'commit = "{upstream.shas["0.1.0"]}"')
                         .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
 

@@ -43,7 +43,7 @@ def test_whole_pipeline_json_then_again_from_the_caches(demo_build: DemoBuild, p
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     stages = summary["stages"]
-    assert list(stages) == ["fetch", "patch", "build", "verify", "publish", "serve"]
+    assert list(stages) == ["fetch", "patch", "build", "verify", "test", "publish", "serve"]
     # [publish] is not a build input: the session's wheel is a cache hit for this recipe too.
     assert stages["fetch"]["status"] == "cached" and stages["build"]["status"] == "cached"
     assert stages["build"]["wheel"] == summary["wheel"] and Path(summary["wheel"]).parent == project / "wheels"

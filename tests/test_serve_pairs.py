@@ -103,7 +103,7 @@ def source_recipe(project: Path, up: Upstream, commit: str, *, serve: str = 'sgl
     if not (project / "patches" / "minikernel" / "v1").is_dir():
         copy_series(project, ["0001-cmake-guard-policies.patch"], "v1")
     text = demo_recipe_text("v1").replace('repo = "example:minikernel"', f'repo = "{up.url}"')
-    text = text.replace('commit = "45aacfd8c22851cb8a07c2f9a22799388d75fef0"', f'commit = "{commit}"')
+    text = text.replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{commit}"')
     text = text.replace("[toolchain]\n", f"[toolchain]\n{toolchain}", 1)
     return write_recipe(project, "pair", text + f'\n[serve]\nmodel = "m"\n{serve}')
 

@@ -58,9 +58,9 @@ def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check
 
 
 def _register() -> None:
-    from build_kernel.cli import info, patch, proof, serve, stages
+    from build_kernel.cli import info, patch, proof, serve, stages, upstream_tests
 
-    for module in (info, stages, proof, serve):
+    for module in (info, stages, upstream_tests, proof, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(patch.patch_group)

@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from build_kernel import log, recipe, stack, toolchain
+from build_kernel import host_compiler, log, recipe, stack, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.plan import Plan
@@ -222,8 +222,10 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
             # The wheels replace the system nvcc: its problems are not the build's.
             data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
         env = {**p.env, **p.build_env()}  # what the build's CMake would read
-        if runtime := toolchain.check_cxx_runtime(env.get("CXX") or facts.gcc, env):
-            data["problems"].append(runtime)
+        linkers = host_compiler.resolve(p.recipe.toolchain.host_compiler, {**env, **p.recipe.build.env},
+                                        p.recipe.build.defines, facts.nvcc)
+        data["host_compiler"] = linkers.to_dict()
+        data["problems"] += linkers.problems
         system = system_deps.check(p.recipe.system, opts.env)
         data["system"] = [st.to_dict() for st in system]
         data["problems"] += [st.problem() for st in system if not st.ok]

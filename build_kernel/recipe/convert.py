@@ -12,7 +12,7 @@ from dataclasses import MISSING, Field, fields
 from typing import Any, get_type_hints
 
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
-from build_kernel.recipe.model import LibraryRule
+from build_kernel.recipe.model import Expectation, LibraryRule
 from build_kernel.recipe.problems import _Problems, _toml
 
 if sys.version_info >= (3, 11):
@@ -89,6 +89,11 @@ def _to_rules(value: Any) -> Any:
     raise _Bad("tables [verify.libraries.\"GLOB\"]")
 
 
+def _to_expectations(value: Any) -> Any:
+    # [test.expect."GLOB"] tables likewise.
+    raise _Bad("tables [test.expect.\"GLOB\"]")
+
+
 def _to_archs(value: Any) -> tuple[Arch, ...]:
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
         raise _Bad("a list of arch names", ["12.0a"])
@@ -98,7 +103,7 @@ def _to_archs(value: Any) -> tuple[Arch, ...]:
 _CONVERTERS: dict[Any, Callable[[Any], Any]] = {
     str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs,
     tuple[str, ...]: _to_strings, tuple[int, ...]: _to_ints, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
-    tuple[LibraryRule, ...]: _to_rules,
+    tuple[LibraryRule, ...]: _to_rules, tuple[Expectation, ...]: _to_expectations,
 }
 
 

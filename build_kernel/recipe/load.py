@@ -9,13 +9,13 @@ import difflib
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from build_kernel.errors import RecipeError
 from build_kernel.recipe.convert import _build_section
-from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, LibraryRule, Recipe, SystemDep
+from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, Expectation, LibraryRule, Recipe, SystemDep
 from build_kernel.recipe.problems import _Problems, _toml
 from build_kernel.recipe.rules import _check
 
@@ -122,19 +122,26 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
     return _merge(parent, data), parent_origins
 
 
-def _without_rules(table: Any) -> Any:
-    return {k: v for k, v in table.items() if k != "libraries"} if isinstance(table, dict) else table
+def _without(table: Any, key: str) -> Any:
+    return {k: v for k, v in table.items() if k != key} if isinstance(table, dict) else table
 
 
-def _library_rules(verify: Any, problems: _Problems, where: Any) -> tuple[LibraryRule, ...]:
-    """`[verify.libraries."GLOB"]` tables, each checked like a section of its own."""
-    tables = verify.get("libraries", {}) if isinstance(verify, dict) else {}
+# Sections with a table of named sub-tables, each checked like a section of its own.
+_SUBTABLES = {"verify": "libraries", "test": "expect"}
+
+
+def _subtables(section: str, raw: Any, cls: type, key: str, problems: _Problems, where: Any) -> tuple[Any, ...]:
+    """`[SECTION.KEY."GLOB"]` tables (verify.libraries, test.expect), each checked like a section of its own,
+    its glob as the first field."""
+    tables = raw.get(key, {}) if isinstance(raw, dict) else {}
     if not isinstance(tables, dict):
-        problems.add(where("verify", "libraries"), "verify.libraries",
-                     f"must be tables, not {_toml(tables)} (write [verify.libraries.\"GLOB\"] and key = value lines below it)")
+        problems.add(where(section, key), f"{section}.{key}",
+                     f"must be tables, not {_toml(tables)} (write [{section}.{key}.\"GLOB\"] and key = value lines "
+                     "below it)")
         return ()
-    return tuple(_build_section(LibraryRule, {**table, "glob": glob} if isinstance(table, dict) else table,
-                                f'verify.libraries."{glob}"', problems, where) for glob, table in tables.items())
+    first = fields(cls)[0].name
+    return tuple(_build_section(cls, {**table, first: glob} if isinstance(table, dict) else table,
+                                f'{section}.{key}."{glob}"', problems, where) for glob, table in tables.items())
 
 
 def _named_tables(raw: dict[str, Any], key: str, cls: type, problems: _Problems, where: Any) -> tuple[Any, ...]:
@@ -180,11 +187,14 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
             problems.add(where("", key), key, f"unknown key ({fix})")
 
     sections = {
-        name: _build_section(cls, _without_rules(raw.get(name, {})) if name == "verify" else raw.get(name, {}),
-                             name, problems, where)
+        name: _build_section(cls, _without(raw.get(name, {}), _SUBTABLES[name]) if name in _SUBTABLES
+                             else raw.get(name, {}), name, problems, where)
         for name, cls in SECTIONS.items()
     }
-    sections["verify"] = replace(sections["verify"], libraries=_library_rules(raw.get("verify"), problems, where))
+    sections["verify"] = replace(sections["verify"], libraries=_subtables("verify", raw.get("verify"), LibraryRule,
+                                                                          "libraries", problems, where))
+    sections["test"] = replace(sections["test"], expect=_subtables("test", raw.get("test"), Expectation, "expect",
+                                                                   problems, where))
     if order_profile := sections["build"].order_profile:
         # Relative to the recipe file that names it (a parent's, when inherited), as `extends` paths are.
         base = origins.get("build.order_profile", (path, ""))[0].parent

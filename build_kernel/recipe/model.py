@@ -53,6 +53,9 @@ class Toolchain:
     flashinfer_python: str = _doc("flashinfer-python version installed for serving.", "")
     sglang: str = _doc("sglang release served beside the wheel when [serve] sglang = `release`; its argparse "
                        "validates the serve flags.", "")
+    host_compiler: str = _doc("The compiler that links the libraries (CXX and the CUDA host compiler): `auto` keeps "
+                              "the environment's when they link libstdc++ shared and otherwise picks one that does "
+                              "(said in the build log and `plan`); `environment` refuses instead; or a path.", "auto")
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,37 @@ class Serve:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    pattern: str = _doc("Glob of test files or node ids (`test_gguf.py`, `test_fa.py::test_fp8*`).", "")
+    outcome: str = _doc("What is expected of them: `skip`, `fail` (failed or errored tests) or `uncollectable` "
+                        "(the file cannot be collected).", "fail")
+    reason: str = _doc("Why, in a sentence: shown beside the verdict.", "")
+    evidence: str = _doc("How it was shown (e.g. the same test fails against a wheel built without the series).", "")
+    when_asked: tuple[str, ...] = _doc("Expected only when one of these archs is asked; empty: always.", factory=tuple)
+
+
+@dataclass(frozen=True)
+class Tests:
+    paths: tuple[str, ...] = _doc("Test files or folders of the package's own tests, relative to [source] subdir, "
+                                  "taken from the same commit (e.g. `[\"tests\"]`); empty: no upstream tests.",
+                                  factory=tuple)
+    requires: tuple[str, ...] = _doc("What the tests import besides the wheel and torch (pytest is added), installed "
+                                     "in a throwaway environment under a constraint that keeps the build's torch "
+                                     "(e.g. `[\"gguf==0.19.0\"]`).", factory=tuple)
+    sglang: bool = _doc("Install the recipe's sglang ([serve] sglang: a release or the kernel commit's own) and "
+                        "[toolchain] flashinfer_python beside the wheel, as serving does.", False)
+    resolve: bool = _doc("Resolve what `requires` and sglang depend on (pip's resolver, torch kept); false: install "
+                         "them as given, `--no-deps` (an offline wheelhouse that already holds everything).", True)
+    gpu: bool = _doc("The tests need a GPU that runs one of the asked archs: without one, `test` says so in one "
+                     "line and runs nothing.", True)
+    timeout_s: float = _doc("Seconds one test file may run before it is stopped (reported as a timeout).", 900.0)
+    parallel: int = _doc("Test files run at once (on one GPU they share it).", 4)
+    env: dict[str, str] = _doc("Environment of the test processes.", factory=dict)
+    expect: tuple[Expectation, ...] = _doc("Known outcomes, `[test.expect.\"GLOB\"]` tables (outcome, reason, "
+                                           "evidence, when_asked): red means new.", factory=tuple)
+
+
+@dataclass(frozen=True)
 class Publish:
     target: str = _doc("Index to publish to: a name from [publish.targets] or a URL.", "")
     targets: dict[str, str] = _doc("Named upload URLs.", factory=dict)
@@ -195,6 +229,7 @@ class Recipe:
     verify: Verify
     serve: Serve
     publish: Publish
+    test: Tests
     raw: dict[str, Any] = field(repr=False, compare=False)
     # Where patches/ is: `root` unless the series lives beside the recipe that names it (an overlay
     # outside the project extending one of its recipes).
@@ -224,7 +259,7 @@ class Recipe:
 
 SCHEDULERS = ("auto", "static", "governor")
 # `system`: what the host must have is checked, not built from.
-_NOT_BUILD_INPUTS = ("description", "extends", "system", "verify", "serve", "publish")
+_NOT_BUILD_INPUTS = ("description", "extends", "system", "verify", "serve", "publish", "test")
 _SERVE_TOOLCHAIN = ("sglang", "flashinfer_python")
 _HOW_NOT_WHAT = ("compile_cache", "cache_url", "dist", "dist_scheduler", "scheduler", "profile", "order_profile")
 SECTIONS: dict[str, type] = {
@@ -235,5 +270,6 @@ SECTIONS: dict[str, type] = {
     "verify": Verify,
     "serve": Serve,
     "publish": Publish,
+    "test": Tests,
 }
 TOP_KEYS = ("description", "extends", "deps", "system", *SECTIONS)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from build_kernel.stages.fetch.workspace import Tree
     from build_kernel.stages.verify.report import Report
 
-NAMES = ("fetch", "patch", "build", "verify", "publish", "serve")
+NAMES = ("fetch", "patch", "build", "verify", "test", "publish", "serve")
 
 
 @dataclass
@@ -81,9 +81,11 @@ def pipeline(*, gpu_check: str = "", recheck: bool = False) -> list[Stage]:
     from build_kernel.stages.patch import PatchStage
     from build_kernel.stages.publish.stage import PublishStage
     from build_kernel.stages.serve import ServeStage
+    from build_kernel.stages.upstream_tests import TestStage
     from build_kernel.stages.verify import VerifyStage
 
-    return [FetchStage(), PatchStage(), BuildStage(), VerifyStage(gpu_check=gpu_check, recheck=recheck), PublishStage(), ServeStage()]
+    return [FetchStage(), PatchStage(), BuildStage(), VerifyStage(gpu_check=gpu_check, recheck=recheck), TestStage(),
+            PublishStage(), ServeStage()]
 
 
 def run(ctx: Context, stages: Iterable[Stage], *, clock: Callable[[], float] | None = None) -> Context:

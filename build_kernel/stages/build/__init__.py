@@ -19,7 +19,7 @@ from typing import Any
 import git
 from packaging.version import Version
 
-from build_kernel import compile_cache, log, toolchain
+from build_kernel import compile_cache, host_compiler, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
 from build_kernel.stages.build import cache, driver_link, provenance, runner, scheduling, system_deps, toolkit
@@ -56,17 +56,23 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
     return env
 
 
-def _preflight(plan: Plan, selected: toolkit.Selected) -> None:
+def _preflight(plan: Plan, selected: toolkit.Selected, defines: Mapping[str, str]) -> host_compiler.Resolution:
+    """Every check that needs no compile of the project's own, before configure; the linkers to use."""
     facts, environ = selected.facts, selected.environ(plan.env)
     toolchain.require(toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
                                           want_cuda=plan.recipe.toolchain.cuda))
-    host = (toolchain.check_host_compiler(facts.nvcc, plan.env.get("CUDAHOSTCXX") or facts.gcc, env=environ)
-            if facts.nvcc else None)
-    flags = {**environ, **plan.build_env()}  # the recipe's [build] env may set LDFLAGS too
-    runtime = toolchain.check_cxx_runtime(flags.get("CXX") or facts.gcc, flags)  # libstdc++ shared, as torch's
-    toolchain.require([p for p in (host, runtime) if p])
+    flags = {**environ, **plan.build_env(), **plan.recipe.build.env}  # the recipe may set CXX or LDFLAGS too
+    # Every compiler that links a library links libstdc++ shared, as torch's, or the build stops here.
+    linkers = host_compiler.resolve(plan.recipe.toolchain.host_compiler, flags, defines, facts.nvcc)
+    toolchain.require(linkers.problems)
+    for line in linkers.why:
+        log.info(line)
+    host = linkers.chosen or next((lk.path for lk in linkers.linkers if lk.role == host_compiler.CUDA_ROLE), None)
+    problem = toolchain.check_host_compiler(facts.nvcc, host, env=environ) if facts.nvcc else None
+    toolchain.require([problem] if problem else [])
     # Before configure: CMake would stop on it minutes in (mscclpp: "Could NOT find NUMA").
     toolchain.require(system_deps.problems(plan.recipe.system, environ))
+    return linkers
 
 
 def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: bool = False) -> BuildResult:
@@ -81,7 +87,8 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     if not force and (hit := cache.lookup(plan, key, log_path)) is not None:
         log.info(f"cache hit {key}: {hit.wheel.name}")
         return hit
-    _preflight(plan, selected)  # the host compiler matters only when compiling
+    linkers = _preflight(plan, selected, defines)  # the host compiler matters only when compiling
+    defines = {**defines, **linkers.defines}
     # After the key, as the launcher: what the link resolves the driver to is not in the wheel.
     nvidia = Path(selected.facts.torch_nvidia_dir) if selected.facts.torch_nvidia_dir else None
     link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
@@ -92,14 +99,16 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     try:
         # After the key: a launcher changes how objects are made, not what they are.
         return _compile(plan, tree, python, selected, {**defines, **link.defines, **session.cmake_defines()}, key,
-                        log_path, force=force, launcher=session, link_env=link.env)
+                        log_path, force=force, launcher=session, link_env={**link.env, **linkers.env},
+                        linkers=linkers)
     finally:
         session.close()
 
 
 def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
              log_path: Path, *, force: bool, launcher: compile_cache.Session | None = None,
-             link_env: Mapping[str, str] | None = None) -> BuildResult:
+             link_env: Mapping[str, str] | None = None,
+             linkers: host_compiler.Resolution | None = None) -> BuildResult:
     work = plan.cache_dir / "build" / key
     if force:
         # The sources are copied with their timestamps: only a fresh build folder recompiles.
@@ -143,6 +152,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
                                                  selected.toolkit.packages if selected.toolkit else None),
         "archs": [a.torch for a in plan.archs], "defines": dict(defines), "jobs": attempts.jobs,
         "oom_kills": attempts.oom_kills, "job_derivation": plan.jobs.derivation, "scheduler": sched.why, "key": key,
+        "host_compiler": linkers.to_dict() if linkers else None,
         "compile_cache": provenance.compile_cache_record(launcher.tool if launcher else "none", cache_stats),
         "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),
         "seconds": round(time.monotonic() - t0, 1),

@@ -170,10 +170,14 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
     rw = (mirrors or Mirrors()).rewrite(url)
     path = mirror.path_for(cache_dir, url)
-    path.parent.mkdir(parents=True, exist_ok=True)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
         raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or set allow_floating = true in [source]")
+    if offline and not path.exists():
+        # Said before the lock file and its folder are made: an offline run (a dry run's) leaves the cache as it was.
+        raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
+                         hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         created = not path.exists()
         if created:

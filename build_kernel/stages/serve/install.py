@@ -58,7 +58,7 @@ def requirements(sglang_requires: Iterable[str], *, flashinfer: str = "", only: 
     return out
 
 
-def _pip(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path,
+def pip_install(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path,
          folder: Path | None) -> None:
     process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                  *wheelhouse.index_args(folder), *args], error=ServeError, what=what, env=env, log=log_path,
@@ -81,16 +81,17 @@ def _release_wheel(folder: Path, pin: str, tgt: wheelhouse.Target) -> Path:
 
 
 def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = False, offline: bool = False,
-            folder: Path | None = None) -> str:
-    """Make (or update) the serve interpreter: the wheel, the recipe's sglang, what it needs."""
+            folder: Path | None = None, python: str | None = None) -> str:
+    """Make (or update) the serve interpreter (or `python`, an environment made by the caller): the wheel, the
+    recipe's sglang, what it needs."""
     choice = sglang_dist.choose(plan)
     if not choice.version:
         raise ServeError("the recipe names no sglang", hint="set [toolchain] sglang = \"0.5.9\", or [serve] sglang = "
                          "\"source\" for the sglang of the kernel's own commit")
     env = environment.server_env(plan)
     log_path = plan.cache_dir / "logs" / f"serve-install-{plan.recipe.name}.log"
-    python = plan.recipe.serve.python or environment.create(environment.default_root(plan, build_python), build_python,
-                                                            env)
+    python = python or plan.recipe.serve.python or environment.create(
+        environment.default_root(plan, build_python), build_python, env)
     module = environment.kernel_module(plan)
     before = environment.inspect(python, module, env)
     if not before.torch:
@@ -112,14 +113,14 @@ def install(plan: Plan, build_python: str, wheel: Path, *, flags_only: bool = Fa
         if others:
             process.run([python, "-m", "pip", "uninstall", "-y", *others], error=ServeError, env=env, log=log_path,
                         what=f"removing {', '.join(others)} (another copy of {module})", timeout=600)
-        _pip(python, ["--no-deps", "--force-reinstall", wheel], what=f"installing {wheel.name}", env=env,
+        pip_install(python, ["--no-deps", "--force-reinstall", wheel], what=f"installing {wheel.name}", env=env,
              log_path=log_path, folder=folder)
-        _pip(python, ["--no-deps", *(["--force-reinstall"] if isinstance(sglang, Path) else []), sglang],
+        pip_install(python, ["--no-deps", *(["--force-reinstall"] if isinstance(sglang, Path) else []), sglang],
              what=f"installing sglang {choice.version} (--no-deps)", env=env, log_path=log_path, folder=folder)
         after = environment.inspect(python, module, env)
         reqs = _needs(plan, after.sglang_requires, flags_only)
         if reqs:
-            _pip(python, ["-c", constraints, *reqs], env=env, log_path=log_path, folder=folder,
+            pip_install(python, ["-c", constraints, *reqs], env=env, log_path=log_path, folder=folder,
                  what=f"installing what sglang {choice.version} needs ({len(reqs)} requirements, torch "
                       f"{before.torch} kept)")
     return python

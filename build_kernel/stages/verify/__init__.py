@@ -7,6 +7,7 @@ import json
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from build_kernel import log
 from build_kernel.errors import VerifyError
@@ -15,13 +16,20 @@ from build_kernel.stages.verify import checks
 from build_kernel.stages.verify.report import RECORD_SUFFIX, Report
 
 
+def wheel_provenance(wheel: Path) -> dict[str, Any] | None:
+    """The provenance build-kernel put in the wheel (None: a wheel of someone else's, or not a zip)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next((n for n in zf.namelist() if n.endswith(".dist-info/build_kernel_provenance.json")), None)
+            data = json.loads(zf.read(name)) if name else None
+    except (OSError, zipfile.BadZipFile, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def wheel_cuda_home(wheel: Path) -> str | None:
     """The toolkit root the wheel was built with, from its provenance (for the driver stub)."""
-    with zipfile.ZipFile(wheel) as zf:
-        name = next((n for n in zf.namelist() if n.endswith(".dist-info/build_kernel_provenance.json")), None)
-        if name is None:
-            return None
-        home = json.loads(zf.read(name)).get("toolchain", {}).get("cuda_home")
+    home = (wheel_provenance(wheel) or {}).get("toolchain", {}).get("cuda_home")
     return str(home) if home else None
 
 

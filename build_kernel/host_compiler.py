@@ -1,0 +1,158 @@
+"""The compilers that link the build's libraries, as CMake resolves them, and a working choice.
+
+CMake links C++ shared libraries with the C++ compiler (`CMAKE_CXX_COMPILER`, else `CXX`, else
+`c++` on PATH) and CUDA shared libraries with the CUDA host compiler (`CMAKE_CUDA_HOST_COMPILER`,
+else `CUDAHOSTCXX`, else the compiler nvcc runs by default: `NVCC_CCBIN`, else `g++` on PATH).
+Either one may link libstdc++ statically (a GCC installed with only `libstdc++.a`, as on one GPU
+host: `CUDAHOSTCXX=/opt/gcc/bin/g++`); then every library carries its own libstdc++, and its C++
+streams crash beside torch's libstdc++.so.6. So each one is probed before configure.
+
+`[toolchain] host_compiler`: `auto` (default) keeps the environment's compilers when they link
+libstdc++ shared and otherwise picks one that does, accepted by nvcc, and says which; `environment`
+refuses instead, naming the variable and a working compiler; a path uses that compiler.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_kernel import toolchain
+from build_kernel.process import which
+
+SETTINGS = ("auto", "environment")
+CXX_ROLE, CUDA_ROLE = "C++ compiler", "CUDA host compiler"
+
+
+@dataclass(frozen=True)
+class Linker:
+    """One compiler that links libraries: what it links and which setting named it."""
+
+    role: str
+    source: str  # the variable, define or default that named it, e.g. "CUDAHOSTCXX"
+    path: str | None
+
+
+@dataclass
+class Resolution:
+    """The linkers as the environment names them, what the build must set instead, and why."""
+
+    setting: str
+    linkers: list[Linker]
+    chosen: str | None = None  # the compiler put in their place (None: the environment's are kept)
+    env: dict[str, str] = field(default_factory=dict)  # build-environment overrides
+    defines: dict[str, str] = field(default_factory=dict)  # CMake define overrides
+    why: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["linkers"] = [asdict(lk) for lk in self.linkers]
+        return out
+
+
+def _resolve(name: str | None, env: Mapping[str, str]) -> str | None:
+    if not name:
+        return None
+    return name if os.sep in name else which(name, env.get("PATH"))
+
+
+def linkers(env: Mapping[str, str], defines: Mapping[str, str]) -> list[Linker]:
+    """The C++ compiler and the CUDA host compiler, each as CMake would pick it."""
+    if defines.get("CMAKE_CXX_COMPILER"):
+        cxx = Linker(CXX_ROLE, "CMAKE_CXX_COMPILER define", _resolve(defines["CMAKE_CXX_COMPILER"], env))
+    elif env.get("CXX"):
+        cxx = Linker(CXX_ROLE, "CXX", _resolve(env["CXX"], env))
+    else:
+        cxx = Linker(CXX_ROLE, "c++ on PATH", _resolve("c++", env) or _resolve("g++", env))
+    if defines.get("CMAKE_CUDA_HOST_COMPILER"):
+        cuda = Linker(CUDA_ROLE, "CMAKE_CUDA_HOST_COMPILER define", _resolve(defines["CMAKE_CUDA_HOST_COMPILER"], env))
+    elif env.get("CUDAHOSTCXX"):
+        cuda = Linker(CUDA_ROLE, "CUDAHOSTCXX", _resolve(env["CUDAHOSTCXX"], env))
+    elif env.get("NVCC_CCBIN"):
+        cuda = Linker(CUDA_ROLE, "NVCC_CCBIN", _resolve(env["NVCC_CCBIN"], env))
+    else:
+        cuda = Linker(CUDA_ROLE, "g++ on PATH (nvcc's default)", _resolve("g++", env))
+    return [cxx, cuda]
+
+
+def _candidates(env: Mapping[str, str], bad: set[str]) -> list[str]:
+    """Other C++ compilers on this host, the distribution's first (it links libstdc++ shared)."""
+    found = ["/usr/bin/g++", _resolve("g++", env), _resolve("c++", env),
+             *sorted((str(p) for p in Path("/usr/bin").glob("g++-[0-9]*")), reverse=True)]
+    out: list[str] = []
+    for path in found:
+        if path and Path(path).is_file() and os.path.realpath(path) not in bad and path not in out:
+            out.append(path)
+    return out
+
+
+def _working(compiler: str, env: Mapping[str, str], nvcc: str | None) -> str | None:
+    """Why `compiler` cannot link the libraries (None: it can)."""
+    return toolchain.check_cxx_runtime(compiler, env) or (
+        toolchain.check_host_compiler(nvcc, compiler, env=env) if nvcc else None)
+
+
+def _sibling_cc(cxx: str) -> str | None:
+    """The C compiler of the same installation (`/usr/bin/g++-12` -> `/usr/bin/gcc-12`)."""
+    path = Path(cxx)
+    name = path.name.replace("g++", "gcc", 1) if "g++" in path.name else None
+    return str(path.with_name(name)) if name and path.with_name(name).is_file() else None
+
+
+def resolve(setting: str, env: Mapping[str, str], defines: Mapping[str, str], nvcc: str | None) -> Resolution:
+    """Probe each linker (a real shared-library link); keep, replace or refuse them per `setting`."""
+    found = linkers(env, defines)
+    res = Resolution(setting, found)
+    flags = toolchain.static_flag_problem(env)
+    if flags:  # no other compiler helps: the flags themselves link libstdc++ in
+        res.problems.append(flags)
+        return res
+    if setting not in SETTINGS:  # a path: that compiler for both roles, or nothing
+        chosen = _resolve(setting, env)
+        why = _working(chosen, env, nvcc) if chosen else f"[toolchain] host_compiler = {setting!r} is not a compiler here"
+        if why:
+            res.problems.append(f"{why} (set [toolchain] host_compiler to a compiler that links libstdc++ shared, "
+                                "or \"auto\")")
+            return res
+        assert chosen is not None
+        return _use(res, chosen, [f"host compiler {chosen}: [toolchain] host_compiler"])
+    broken: dict[Linker, str] = {}
+    for linker in found:
+        if linker.path and (why := toolchain.check_cxx_runtime(linker.path, env)):
+            broken[linker] = why
+    if not broken:
+        return res
+    bad = {os.path.realpath(lk.path) for lk in broken if lk.path}
+    good = next((c for c in _candidates(env, bad) if _working(c, env, nvcc) is None), None)
+    named = "; ".join(f"{lk.source}={lk.path} ({lk.role}) links libstdc++ statically" for lk in broken)
+    if setting == "environment" or good is None:
+        [(first, why)] = list(broken.items())[:1]
+        fix = (f"set {' '.join(f'{v}={good}' for v in _variables(broken))} (or [toolchain] host_compiler = \"auto\" "
+               "picks it)" if good else "install a compiler with a shared libstdc++ (e.g. apt-get install g++) and "
+               "set CXX and CUDAHOSTCXX to it")
+        res.problems.append(f"{first.source}={first.path} ({first.role}) {_reason(why)}; {fix}")
+        return res
+    return _use(res, good, [f"host compiler {good}: {named}, which would put a second libstdc++ in every library"])
+
+
+def _variables(broken: Mapping[Linker, str]) -> list[str]:
+    """What to set: both compiler variables, and the define where one named a broken compiler."""
+    return ["CXX", "CUDAHOSTCXX", *sorted(lk.source.split()[0] for lk in broken if "define" in lk.source)]
+
+
+def _reason(why: str) -> str:
+    """check_cxx_runtime's sentence without the compiler it starts with."""
+    return why.split(" ", 1)[1] if " " in why else why
+
+
+def _use(res: Resolution, compiler: str, why: list[str]) -> Resolution:
+    res.chosen, res.why = compiler, why
+    res.env = {"CXX": compiler, "CUDAHOSTCXX": compiler}
+    if cc := _sibling_cc(compiler):
+        res.env["CC"] = cc
+    res.defines = {"CMAKE_CUDA_HOST_COMPILER": compiler}
+    return res

@@ -1,0 +1,140 @@
+"""One pytest process per test file, several at once, each with a time limit; what each one did.
+
+A file is its own process so that a crash (a kernel's SIGSEGV) or a hang loses that file only,
+and says which: the exit signal, and the test pytest's `-v` line had started but not finished.
+Counts come from pytest's JUnit XML; a file that died before writing it is read from its log.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_kernel import process
+from build_kernel.errors import TestError
+
+# pytest's exit codes (pytest.ExitCode): 2 interrupted (collection errors), 5 no tests collected.
+_COLLECTION, _NO_TESTS = 2, 5
+_MISSING = re.compile(r"No module named '([^']+)'")
+_VERBOSE = re.compile(r"^(\S+::\S+)(?: (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b)?")
+
+
+@dataclass
+class FileResult:
+    """What one test file did: counts, the node ids of failures and skips, and how the process ended."""
+
+    file: str
+    status: str = "passed"  # passed | failed | crashed | timeout | uncollectable | empty
+    passed: int = 0
+    failed: list[str] = field(default_factory=list)  # node ids (failures and errors)
+    skipped: dict[str, str] = field(default_factory=dict)  # node id -> pytest's reason
+    seconds: float = 0.0
+    exit_code: int | None = None
+    signal: str | None = None
+    last_test: str | None = None  # the test running when the process died or was stopped
+    missing_module: str | None = None
+    error: str | None = None  # the first line that says why a file could not run
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _junit(path: Path, result: FileResult) -> bool:
+    """Counts from pytest's JUnit XML; False when there is none to read."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return False
+    for case in root.iter("testcase"):
+        node = f"{case.get('file') or ''}::{case.get('name')}" if case.get("file") else \
+            f"{case.get('classname')}::{case.get('name')}"
+        outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            result.passed += 1
+        elif outcome.tag == "skipped":
+            result.skipped[node] = (outcome.get("message") or "").strip()
+        else:
+            result.failed.append(node)
+    return True
+
+
+def _from_log(text: str, result: FileResult) -> None:
+    """What a file whose process died did before (pytest -v: `node PASSED` when a test ends)."""
+    for line in text.splitlines():
+        m = _VERBOSE.match(line.strip())
+        if not m:
+            continue
+        node, word = m.groups()
+        if word is None:
+            result.last_test = node
+        elif word == "PASSED":
+            result.passed += 1
+        elif word in ("FAILED", "ERROR"):
+            result.failed.append(node)
+        elif word == "SKIPPED":
+            result.skipped[node] = ""
+        result.last_test = node if word is None else None
+
+
+def _why(text: str) -> tuple[str | None, str | None]:
+    """The missing module of a collection error, and the line that says what went wrong."""
+    missing = _MISSING.search(text)
+    line = next((ln.strip() for ln in text.splitlines() if re.match(r"^E\s+\w+(Error|Exception)", ln.strip())), None)
+    return (missing.group(1) if missing else None), (line[1:].strip() if line else None)
+
+
+def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str], timeout_s: float) -> FileResult:
+    """pytest on one file, stopped (its whole process group) after `timeout_s`."""
+    stem = file.replace("/", "__")
+    xml, log = out / f"{stem}.xml", out / f"{stem}.log"
+    xml.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)
+    cmd = [python, "-m", "pytest", file, "-v", "-p", "no:cacheprovider", f"--junitxml={xml}",
+           "-o", "junit_family=xunit2", "--rootdir", str(cwd)]
+    result = FileResult(file, log=str(log))
+    start = time.monotonic()
+    with process.spawn(cmd, error=TestError, what=f"running {file}", cwd=cwd, env=env, log=log) as child:
+        code = child.wait(timeout=timeout_s)
+        if code is None:
+            result.status = "timeout"
+            code = child.stop(grace=5.0)
+    result.seconds = round(time.monotonic() - start, 1)
+    result.exit_code = code
+    text = log.read_text(errors="replace")
+    if result.status != "timeout" and code < 0:
+        result.status, result.signal = "crashed", signal.Signals(-code).name
+    result.missing_module, result.error = _why(text)
+    if result.status in ("timeout", "crashed") or not _junit(xml, result):
+        _from_log(text, result)
+    if result.status not in ("timeout", "crashed"):
+        result.last_test = None
+        if code == _COLLECTION and not result.passed:  # pytest stops before running anything
+            result.status = "uncollectable"
+        elif code == _NO_TESTS:
+            result.status = "empty"
+        elif result.failed or code != 0:
+            result.status = "failed"
+    return result
+
+
+def run_all(python: str, files: Sequence[str], cwd: Path, out: Path, env: Mapping[str, str], *, timeout_s: float,
+            parallel: int, on_done: Callable[[FileResult], None] | None = None) -> list[FileResult]:
+    """Every file, `parallel` at once, in the order given (longest known first is the caller's choice)."""
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(file: str) -> FileResult:
+        result = run_file(python, file, cwd, out, env, timeout_s)
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return list(pool.map(one, files))
