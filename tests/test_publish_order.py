@@ -57,6 +57,14 @@ def test_the_hint_without_a_recipe_says_which_recipe_verify_needs(tmp_path: Path
     assert f"build-kernel verify {wheel} --recipe NAME" in out and "the recipe it was built with" in out
 
 
+def test_the_hint_without_a_recipe_names_the_recipe_that_built_the_wheel(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "w", "bk-pub", "1.0", verified=False,
+                       extra={"bk_pub-1.0.dist-info/build_kernel_provenance.json": '{"recipe": "demo"}'})
+    code, out = _publish(tmp_path, str(wheel), "--to", str(tmp_path / "index"))
+    assert code == 7, out
+    assert f"build-kernel verify {wheel} --recipe demo`" in out
+
+
 def test_an_unwritable_target_is_refused_before_any_environment_is_built(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "w", "bk-pub", "1.0")
     blocker = tmp_path / "a-file"

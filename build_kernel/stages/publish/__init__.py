@@ -136,6 +136,15 @@ def _archive_problem(wheel: Path, project: str, version: str) -> str | None:
     return None if same else f"its dist-info is {stem}, not {project} {version}"
 
 
+def _built_by(wheel: Path) -> str | None:
+    """The shipped recipe that built `wheel` (its provenance names it), for a hint `verify` can run as written."""
+    from build_kernel.recipe import list_recipes
+    from build_kernel.stages.verify import wheel_provenance
+
+    name = (wheel_provenance(wheel) or {}).get("recipe")
+    return name if isinstance(name, str) and name in list_recipes() else None
+
+
 def check_target(target: Target) -> None:
     """A static folder must be (or become) a writable folder: said before anything is built or copied."""
     if target.kind != "static":
@@ -163,7 +172,7 @@ def check(wheels: Sequence[Path], target: Target, *, force: bool, recipe: str | 
         if problem := _archive_problem(wheel, project, version):
             raise PublishError(f"{wheel}: not a wheel: {problem}",
                                hint="publish the .whl that build produced (--force overrides verification, never this)")
-        verified = bool(require_verified(wheel, force=force, recipe=recipe))
+        verified = bool(require_verified(wheel, force=force, recipe=recipe or _built_by(wheel)))
         if not verified:
             log.warn(f"PUBLISHING AN UNVERIFIED WHEEL: {wheel.name} goes to {target.label} without a passing "
                      f"verification record; the fleet will install it as if it were good")
