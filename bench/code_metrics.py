@@ -17,6 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Where reading the environment is the job: configuration resolution and the process module.
 CONFIG_MODULES = {"plan.py", "config.py", "mirrors.py", "process.py"}
+# Programs of their own, run by the build with the environment the tool made for it: the compiler
+# launcher hands that environment on to the compiler it starts (stdlib only, for its start-up time).
+OWN_PROGRAMS = {"recorder.py"}
 
 
 def metrics(package: Path) -> dict[str, object]:
@@ -40,7 +43,7 @@ def metrics(package: Path) -> dict[str, object]:
                     isinstance(node, ast.ImportFrom) and node.module == "subprocess")) and path.name != "process.py":
                 subprocess_imports.append(rel)
             if (isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name)
-                    and node.value.id == "os" and path.name not in CONFIG_MODULES):
+                    and node.value.id == "os" and path.name not in CONFIG_MODULES | OWN_PROGRAMS):
                 environ_reads.append(f"{rel}:{node.lineno}")
     return {
         "modules_over_300_lines": long_modules,

@@ -72,7 +72,7 @@ def main() -> None:
         proj = tmp / "proj"
         (proj / "recipes").mkdir(parents=True)
         (proj / "patches").mkdir()
-        copy_series(proj, sorted(p.name for p in (ROOT / "patches/minikernel/v1").glob("*.patch")), "v1")
+        copy_series(proj, sorted((ROOT / "patches/minikernel/v1/series").read_text().split()), "v1")
         recipe = write_recipe(proj, "r", demo_recipe_text())
         redis, url = start_redis(tmp)
         try:

@@ -30,6 +30,7 @@ HEADER = """\
 # (build-kernel's recorder, profile.sqlite of {raw}; 16 cores,
 # 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1). build.ninja's compiles start longest first by
 # `seconds`, and the governor predicts their memory by `peak_gb`, until this machine's profile knows them.
+# measured-for: archs={archs}; commit={commit}; series=sm120/{version}
 """
 
 
@@ -50,6 +51,9 @@ def main() -> None:
     parser.add_argument("raw", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--series", default="v2", help="the patch series the measured build applied")
+    # What the build's ETA compares with its own (build_kernel.stages.build.scheduling.profile_note).
+    parser.add_argument("--archs", default="12.0a", help="TORCH_CUDA_ARCH_LIST of the measured build")
+    parser.add_argument("--commit", default="6ffc74efd7d23627c0245efb61af7f62cde4a970", help="the measured pin")
     args = parser.parse_args()
     with tarfile.open(args.raw) as tar:
         db = member(tar, "-profile.sqlite")
@@ -64,7 +68,8 @@ def main() -> None:
     rows = sorted(((name, wall, peak, compiler) for source, wall, peak, compiler in recorded
                    if (name := named(source or ""))), key=lambda r: (-r[1], r[0]))
     with args.out.open("w", newline="") as fh:
-        fh.write(HEADER.format(raw=args.raw.as_posix(), series=args.series))
+        fh.write(HEADER.format(raw=args.raw.as_posix(), series=args.series, archs=args.archs, commit=args.commit,
+                               version=args.series.split()[0]))
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(["source", "seconds", "peak_gb", "compiler"])
         for source, wall, peak, compiler in rows:

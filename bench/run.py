@@ -27,10 +27,17 @@ sys.path.insert(0, str(ROOT))
 from build_kernel import recipe
 from build_kernel.plan import resolve
 from build_kernel.resources import probe
-from build_kernel.series import write_lock
+from build_kernel.series import load_series, write_lock
 from build_kernel.stages import build
 from build_kernel.stages.build import buildenv
 from build_kernel.stages.fetch import workspace
+
+
+def upstream_arch_patches(patches: list[str]) -> list[str]:
+    """The series as upstream's hard-coded arch list needs it: without the patches that honour
+    TORCH_CUDA_ARCH_LIST, the FA3 switch, and the arch pruning that builds on the arch list (0006's
+    CMake hunk edits the lines 0005 adds: on its own it cannot apply)."""
+    return [p for p in patches if not any(word in p for word in ("arch-list", "fa3", "prune-arch"))]
 
 
 def project_with(tmp: Path, patches: list[str], version: str) -> Path:
@@ -40,8 +47,9 @@ def project_with(tmp: Path, patches: list[str], version: str) -> Path:
     series = proj / "patches" / "minikernel" / version
     series.mkdir(parents=True)
     src = ROOT / "patches" / "minikernel" / "v1"
+    paths = {p.name: p.path for p in load_series(src).patches}  # the pool's files, found by their sha256
     for name in patches:
-        shutil.copy(src / name, series / name)
+        shutil.copy(paths[name], series / name)
     shutil.copy(src / "info.toml", series / "info.toml")
     (series / "series").write_text("".join(f"{n}\n" for n in patches))
     write_lock(series)
@@ -77,11 +85,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = parser.parse_args()
-    patches = sorted(p.name for p in (ROOT / "patches/minikernel/v1").glob("*.patch"))
+    patches = sorted((ROOT / "patches/minikernel/v1/series").read_text().split())
     with tempfile.TemporaryDirectory(prefix="bk-bench-") as tmp_str:
         tmp = Path(tmp_str)
         full = project_with(tmp, patches, "v1")
-        upstream_archs = project_with(tmp, [p for p in patches if "arch-list" not in p and "fa3" not in p], "noarch")
+        upstream_archs = project_with(tmp, upstream_arch_patches(patches), "noarch")
         # Warm-up pass of each (first configure, page cache), then the measured pass with
         # --force, alternating, so neither side pays the cold start.
         run_build(full, tmp / "cache-a")

@@ -1,7 +1,8 @@
 """One root error type; each kind carries its own exit code (after cibuildwheel's errors.py).
 
-`cli.main` catches only `BuildKernelError`, prints its one-line message and exits with
-`exit_code`; anything else is a bug and keeps its traceback.
+The CLI's one exit (cli/output.py) prints a `BuildKernelError`'s one-line message (and, with
+`--json`, the same as a JSON object on stdout) and exits with `exit_code`; anything else is a bug,
+still one line (exit 1), its traceback only with `--debug`.
 """
 
 from __future__ import annotations

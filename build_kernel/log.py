@@ -2,34 +2,75 @@
 
 Messages go to stderr so `--json` output on stdout stays clean for scripts. rich
 handles colour (only on a TTY) and honours NO_COLOR.
+
+Markup is off on every console: user-facing strings quote recipe tables (`[patches]`,
+`[serve] sglang`) that rich would read as style tags and drop, so the text would say less
+than `--json`. Colour is given as `Text` styles (`styled`), never as markup in a string.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO
 
 from rich.console import Console
+from rich.text import Text
 
-console = Console(stderr=True, highlight=False)
+
+def plain_console(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
+    """A console that prints strings as they are: no markup, no :emoji: codes, no highlighting."""
+    return Console(file=file, stderr=stderr, markup=False, emoji=False, highlight=False)
+
+
+console = plain_console(stderr=True)
+
+
+def styled(text: str, style: str) -> Text:
+    """`text` in colour where colour is shown; its words never read as markup."""
+    return Text(text, style=style)
+
+
+def out(renderable: object) -> None:
+    """A table or other rendering on stdout, through a console of its own: the stderr console's
+    stream is left alone (a test runner swaps sys.stdout and sys.stderr under it)."""
+    plain_console(sys.stdout).print(renderable)
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False, soft_wrap=True)
+    console.print(message, soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/] {message}", markup=True, soft_wrap=True)
+    console.print(Text.assemble(styled("warning:", "yellow"), " ", message), soft_wrap=True)
+
+
+class Step:
+    """An open step; `fail()` closes it with ✕ although nothing was raised (a verdict that failed)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
 
 
 @contextmanager
-def step(name: str) -> Iterator[None]:
+def step(name: str) -> Iterator[Step]:
     start = time.monotonic()
-    console.print(f"[bold]▶ {name}[/]", soft_wrap=True)
+    console.print(styled(f"▶ {name}", "bold"), soft_wrap=True)
+    handle = Step()
     try:
-        yield
+        yield handle
     except BaseException:
-        console.print(f"[red]✕ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)
+        console.print(Text.assemble(styled(f"✕ {name}", "red"), f" ({time.monotonic() - start:.1f} s)"),
+                      soft_wrap=True)
         raise
-    console.print(f"[green]✓ {name}[/] ({time.monotonic() - start:.1f} s)", soft_wrap=True)
+    if handle.failed:
+        console.print(Text.assemble(styled(f"✕ {name}", "red"), f" ({time.monotonic() - start:.1f} s)"),
+                      soft_wrap=True)
+        return
+    console.print(Text.assemble(styled(f"✓ {name}", "green"), f" ({time.monotonic() - start:.1f} s)"),
+                  soft_wrap=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from build_kernel import stages
@@ -34,6 +33,6 @@ def run(plan: Plan, *, offline: bool = False, force: bool = False, dry_run: bool
 def render(summary: dict[str, Any]) -> Table:
     table = Table("stage", "status", "seconds", title=f"{summary['recipe']}: {summary.get('wheel', '(dry run)')}")
     for stage, info in summary["stages"].items():
-        # A status quotes recipe tables ("no [serve] model"): text, not rich markup.
-        table.add_row(stage, escape(info["status"]), f"{info['seconds']:.1f}")
+        # A status quotes recipe tables ("no [serve] model"): the console reads no markup (log.py).
+        table.add_row(stage, info["status"], f"{info['seconds']:.1f}")
     return table

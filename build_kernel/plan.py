@@ -28,6 +28,14 @@ def environment() -> dict[str, str]:
     return dict(os.environ)
 
 
+def recipe_search_path(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Folders of a site's own recipes (BUILD_KERNEL_RECIPE_PATH, `:`-separated), for names in
+    `--recipe` and `extends`, after the project's recipes/."""
+    from build_kernel.recipe.load import SEARCH_ENV
+
+    return tuple(Path(p).expanduser() for p in env.get(SEARCH_ENV, "").split(os.pathsep) if p)
+
+
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
     return Path(base) / "build-kernel"
@@ -70,6 +78,7 @@ class Plan:
         r = self.recipe
         return {
             "recipe": {"name": r.name, "path": str(r.path), "digest": r.digest, "extends": r.extends or None},
+            "origins": dict(r.origins),
             "source": {"repo": r.source.repo, "commit": r.source.commit, "ref": r.source.ref, "subdir": r.source.subdir},
             "patches": {
                 "series": r.patches.series,

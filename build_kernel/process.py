@@ -1,5 +1,5 @@
-"""The one way the tool runs programs: captured (`run`), streamed (`stream`), long-running
-(`spawn`), and `probe` for "what does this tool say, if it runs at all".
+"""The one way the tool runs programs: captured (`run`), streamed (`stream`), read line by line
+(`lines`), long-running (`spawn`), and `probe` for "what does this tool say, if it runs at all".
 
 After scikit-build-core's `Run`/`FailedProcessError`: never a shell; a failure is the
 caller's domain error with the command, its return code and the tail of its output, and
@@ -16,8 +16,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -166,6 +167,32 @@ def stream(
             raise
         fh.write(f"[exit {code}]\n")
     return Streamed(code, "".join(chunks))
+
+
+def lines(cmd: Sequence[str | Path], *, error: type[BuildKernelError] = BuildKernelError, what: str,
+          fix: str | None = None, env: Mapping[str, str] | None = None, tolerate: str = "") -> Iterator[str]:
+    """stdout of `cmd` line by line, as it comes (output too large to hold: a whole library's SASS).
+    A non-zero exit raises `error` with stderr's last line, unless stderr says `tolerate`; a
+    consumer that stops early stops the child too."""
+    argv = [str(c) for c in cmd]
+    with tempfile.TemporaryFile(mode="w+") as err:  # a file, not a pipe: a full stderr pipe would stall stdout
+        try:
+            proc = subprocess.Popen(argv, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
+                                    stderr=err, text=True)
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            raise _not_found(error, what, argv[0], fix, None, exc) from None
+        assert proc.stdout is not None
+        try:
+            with proc.stdout:
+                yield from proc.stdout
+        finally:
+            if proc.poll() is None:  # stopped early (the consumer's error): do not leave it running
+                proc.kill()
+            code = proc.wait()
+        err.seek(0)
+        message = err.read()
+    if code and not (tolerate and tolerate in message):
+        raise _failure(error, what, argv, code, message, None, fix, ())
 
 
 def _group_alive(pgid: int) -> bool:

@@ -1,14 +1,19 @@
 """Patch series on disk: quilt `series` order, DEP-3 headers, and a sha256 lock.
 
     patches/<series>/<version>/series        patch names in order (quilt format)
-    patches/<series>/<version>/series.lock   `sha256  name` per patch (sha256sum -c format)
+    patches/<series>/<version>/series.lock   `sha256  name` per patch (sha256sum -c format): the
+                                             version's manifest, each patch named by its content
     patches/<series>/<version>/info.toml     what upstream commits/versions it applies to, and
                                              `cxx_standard`: the C++ standard the patched tree
                                              compiles with (17, 20, ...; "torch": chosen from the
                                              torch found, as its headers require)
+    patches/<series>/pool/                   each patch content of the series once (patchpool.py)
 
 A patch is identified by its sha256 (after spack's Patch): an edited patch without a
-relocked series, or a patch file not listed in `series`, is refused.
+relocked series, or a patch file not listed in `series`, is refused. Its bytes are read
+from the version folder when a file of that name is there (a series without a pool, or a
+patch being edited), else from the pool by the hash in the lock; `write_lock` moves such
+files into the pool.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from build_kernel import atomic
+from build_kernel import atomic, patchpool
 from build_kernel.errors import PatchError
 
 if sys.version_info >= (3, 11):
@@ -106,9 +111,12 @@ def read_names(directory: Path) -> list[str]:
     return names
 
 
-def read_lock(directory: Path) -> dict[str, str]:
+def read_lock(directory: Path, *, required: bool = True) -> dict[str, str]:
+    """name -> sha256 from the version's lock ({} when there is none and it is not `required`)."""
     lock = directory / LOCK
     if not lock.is_file():
+        if not required:
+            return {}
         raise PatchError(f"{lock} is missing", hint=f"run `build-kernel patch lock {directory}` after reviewing the patches")
     entries = {}
     for line in lock.read_text().splitlines():
@@ -132,23 +140,66 @@ def read_info(directory: Path) -> dict[str, Any]:
     return tomllib.loads(info_path.read_text()) if info_path.is_file() else {}
 
 
+def _version(directory: Path) -> str:
+    return f"{directory.parent.name}/{directory.name}"
+
+
+def _not_in_pool(directory: Path, name: str, want: str, pool: Path) -> PatchError:
+    plain = pool / name
+    found = (f"{plain} holds sha256 {sha256_of(plain)[:12]} (edited in place?)" if plain.is_file()
+             else "no file there has it")
+    return PatchError(
+        f"{_version(directory)}: {name} (sha256 {want[:12]} in its {LOCK}) is not in {pool}: {found}",
+        hint=f"restore the pool (`git checkout -- {pool}`); to change a patch, copy it into {directory}/, "
+             f"edit it there and run `build-kernel patch lock {directory}`",
+    )
+
+
+def _locate(directory: Path, name: str, lock: dict[str, str], pool: Path | None, pooled: dict[str, Path],
+            *, strict: bool) -> Path:
+    """Where patch `name`'s bytes are: the version folder's own file first (a series without a pool, or a
+    patch being edited), else the pool file with the lock's sha256. Unlocked (`strict` off, as
+    `write_lock` reads), a pool file of that very name stands in for a hash the pool lacks."""
+    own = directory / name
+    if own.is_file():
+        return own
+    missing = PatchError(f"{directory}/series lists {name}, but the file is missing"
+                         + (f" (not in {directory} nor in {pool})" if pool else ""),
+                         hint="restore it or remove the line")
+    if pool is None:
+        raise missing
+    want = lock.get(name)
+    if want is not None and want in pooled:
+        return pooled[want]
+    plain = pool / name
+    if plain.is_file() and (not strict or want is None):
+        if strict:  # a new patch put straight into the pool, never locked
+            raise PatchError(f"{plain}: not in {directory}/{LOCK}",
+                             hint=f"run `build-kernel patch lock {directory}` after reviewing it")
+        return plain
+    if want is None:
+        raise missing
+    raise _not_in_pool(directory, name, want, pool)
+
+
 def load_series(directory: Path, *, check_lock: bool = True) -> Series:
     """Read and check a series: every patch listed, present, and matching its lock."""
     directory = directory.resolve()
     names = read_names(directory)
-    lock = read_lock(directory) if check_lock else {}
-    on_disk = {p.name for p in directory.iterdir() if p.suffix in (".patch", ".diff")}
+    # Unchecked, the lock still says which pool content a name means.
+    lock = read_lock(directory, required=check_lock)
+    on_disk = {p.name for p in patchpool.patch_files(directory)}
     unlisted = sorted(on_disk - set(names))
     if unlisted:
         raise PatchError(
             f"{directory}: {', '.join(unlisted)} not listed in series",
             hint="add it to the series file (and relock) or delete it",
         )
+    pool = patchpool.pool_of(directory)
+    pooled = patchpool.index(pool) if pool else {}
     patches = []
     for name in names:
-        path = directory / name
-        if not path.is_file():
-            raise PatchError(f"{directory}/series lists {name}, but the file is missing", hint="restore it or remove the line")
+        path = _locate(directory, name, lock, pool, pooled, strict=check_lock)
         digest = sha256_of(path)
         if check_lock:
             if name not in lock:
@@ -170,9 +221,46 @@ def load_series(directory: Path, *, check_lock: bool = True) -> Series:
     )
 
 
+def _siblings(directory: Path) -> list[tuple[str, str, str, bool]]:
+    """(version, name, sha256, from the pool) for every patch the series' other versions lock; not from the
+    pool where that version has its own file of the name."""
+    return [(_version(folder), name, digest, not (folder / name).is_file())
+            for folder in sorted(directory.parent.iterdir()) if folder != directory and (folder / LOCK).is_file()
+            for name, digest in read_lock(folder).items()]
+
+
 def write_lock(directory: Path) -> Path:
-    """Record the sha256 of every listed patch (after a human reviewed them)."""
+    """Record the sha256 of every listed patch (after a human reviewed them).
+
+    With a pool, the version folder's own patch files then move into it (a content already
+    there is not stored twice), and pool files that no version uses any more are removed. A
+    pool file another version still needs is never overwritten: locking is refused when one is
+    already lost (a shared patch edited in place), before anything is written."""
+    directory = directory.resolve()
     series = load_series(directory, check_lock=False)
     lock = directory / LOCK
-    atomic.write_text(lock, "".join(f"{p.sha256}  {p.name}\n" for p in series.patches))
+    text = "".join(f"{p.sha256}  {p.name}\n" for p in series.patches)
+    pool = patchpool.pool_of(directory)
+    if pool is None:
+        atomic.write_text(lock, text)
+        return lock
+    mine = {p.sha256 for p in series.patches}
+    others = _siblings(directory)
+    have = set(patchpool.index(pool)) | mine
+    for version, name, digest, pooled in others:
+        if pooled and digest not in have:
+            raise PatchError(
+                f"{version} needs {name} with sha256 {digest[:12]}, which no file in {pool} has any more: "
+                f"locking {_version(directory)} would lose it",
+                hint=f"restore the pool (`git checkout -- {pool}`), copy the patch into {directory}/, "
+                     f"edit it there and run `build-kernel patch lock {directory}` again",
+            )
+    used = mine | {sibling[2] for sibling in others}
+    own = [p for p in series.patches if p.path.parent == directory]
+    for p in own:
+        patchpool.add(pool, p.name, p.path.read_bytes(), used)
+    atomic.write_text(lock, text)  # the pool has every content the lock names before it names them
+    for p in own:
+        p.path.unlink()
+    patchpool.prune(pool, used)
     return lock

@@ -83,13 +83,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
 
 def copy_series(root: Path, names: list[str], version: str, edit: Callable[[str, str], str] | None = None) -> Path:
     """A variant of patches/minikernel/v1 in a test project: some patches, maybe edited."""
-    from build_kernel.series import write_lock
+    from build_kernel.series import load_series, write_lock
 
     source = REPO_ROOT / "patches" / "minikernel" / "v1"
     target = root / "patches" / "minikernel" / version
     target.mkdir(parents=True)
+    paths = {p.name: p.path for p in load_series(source).patches}  # the pool's files, found by their sha256
     for name in names:
-        text = (source / name).read_text()
+        text = paths[name].read_text()
         (target / name).write_text(edit(name, text) if edit else text)
     (target / "series").write_text("".join(f"{n}\n" for n in names))
     (target / "info.toml").write_text((source / "info.toml").read_text())

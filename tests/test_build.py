@@ -20,7 +20,7 @@ from build_kernel.stages.build import cudawheels
 from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 
 
 def cli_build(project: Path, recipe: str, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:

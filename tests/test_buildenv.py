@@ -35,7 +35,7 @@ def installed_torch() -> str:
 
 def test_env_per_torch_spec_is_made_once_and_pins_torch(project: Path, tmp_path: Path) -> None:
     version = installed_torch()
-    copy_series(project, sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch")), "v1")
+    copy_series(project, sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split()), "v1")
     write_recipe(project, "r", demo_recipe_text().replace('torch = "existing"', f'torch = "{version}"'))
     plan = resolve(recipe.load("r", project), env={}, cache_dir=tmp_path / "cache")
     python = buildenv.python_for(plan)

@@ -355,7 +355,7 @@ def test_miniature_builds_for_12_0a_with_the_wheel_toolkit_and_no_system_cuda(
 
     project = tmp_path / "proj"
     (project / "recipes").mkdir(parents=True)
-    copy_series(project, sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch")), "v1")
+    copy_series(project, sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split()), "v1")
     write_recipe(project, "r", demo_recipe_text().replace('cuda = "13.0"\n', 'cuda = "13.0"\ncuda_source = "wheels"\n')
                  .replace("[build.defines]\n", '[build.defines]\nCMAKE_EXPORT_COMPILE_COMMANDS = "ON"\n'))
     env = hidden_system_env({})

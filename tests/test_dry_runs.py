@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, run_cli
+from tests.test_publish import make_wheel
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
 NO_NETWORK = {
@@ -38,8 +39,8 @@ def sandbox(tmp_path: Path) -> Iterator[dict[str, Path]]:
     paths = {name: tmp_path / name for name in ("cache", "out", "home", "work")}
     for path in paths.values():
         path.mkdir()
-    # Empty wheels only where a command needs one to get as far as its own dry run.
-    (paths["out"] / "sgl_kernel-0.4.3-cp310-abi3-linux_x86_64.whl").write_bytes(b"not built here")
+    # A wheel where a command needs one to get as far as its own dry run.
+    make_wheel(paths["out"], "sgl-kernel", "0.4.3", verified=False)
     for path in paths.values():
         path.chmod(0o555)  # read-only (root ignores it: the snapshot is what proves it)
     yield paths

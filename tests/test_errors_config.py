@@ -56,9 +56,9 @@ def refused(*args: str, env: dict[str, str], code: int) -> list[str]:
     return proc.stderr.strip().splitlines()
 
 
-# --- cli/options.py, cli/stages.py: click usage errors (exit 2, "Error: ...") ------------------
+# --- cli/options.py, cli/stages.py: click usage errors (exit 2, one line "error: ...") ------------
 
-NO_RECIPE = "Error: no recipe given: pass --recipe NAME (see `build-kernel recipes list`)"
+NO_RECIPE = "error: no recipe given: pass --recipe NAME (see `build-kernel recipes list`)"
 
 
 @pytest.mark.parametrize("command", [["plan"], ["fetch", "--offline"], ["build", "--offline"], ["verify"],
@@ -74,14 +74,14 @@ def test_no_wheel_in_the_output_folder_is_a_usage_error(command: str, env: dict[
                                                         tmp_path: Path) -> None:
     out = tmp_path / "no-wheels"
     lines = refused(command, "--recipe", "demo", "--output-dir", str(out), env=env, code=2)
-    assert lines[-1] == (f"Error: no wheel in {out}: build one first (build-kernel build --recipe demo)"
+    assert lines[-1] == (f"error: no wheel in {out}: build one first (build-kernel build --recipe demo)"
                          " or pass WHEEL")
     assert not out.exists() and not cache.exists()
 
 
 def test_publish_without_wheels_or_recipe_is_a_usage_error(env: dict[str, str], cache: Path) -> None:
     lines = refused("publish", env=env, code=2)
-    assert lines[-1] == "Error: nothing to publish: pass WHEEL… or --recipe NAME"
+    assert lines[-1] == "error: nothing to publish: pass WHEEL… or --recipe NAME"
     assert not cache.exists()
 
 

@@ -15,6 +15,7 @@ from build_kernel import recipe
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan, resolve
 from build_kernel.resources import Resources
+from build_kernel.series import load_series, write_lock
 from build_kernel.stages.fetch import workspace
 from build_kernel.stages.patch import check as patch_check
 from tests.conftest import commit_files, run_cli, write_recipe, write_series
@@ -259,6 +260,33 @@ def test_refresh_regenerates_patch_from_edited_commit(project: Path, upstream: t
     fresh = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
     tree = workspace.prepare(fresh)
     assert (tree.project / "added.txt").read_text() == "added by a refreshed patch\n"
+
+
+def test_refresh_of_a_pooled_series_adds_a_pool_file_and_keeps_the_other_versions(
+        project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
+    repo, sha = upstream
+    plan = make_plan(project, repo, sha, tmp_path / "cache")
+    old = write_series(project, "s", "v0", {"0001-policy.patch": PATCH_POLICY, "0002-newfile.patch": PATCH_NEWFILE})
+    pool = project / "patches" / "s" / "pool"
+    pool.mkdir()
+    write_lock(plan.series.directory)
+    write_lock(old)
+    plan = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    shared = plan.series.patches[1].path
+    assert shared == pool / "0002-newfile.patch" and load_series(old).patches[1].path == shared
+    dev = tmp_path / "dev"
+    patch_check.dev_worktree(plan, dev)
+    dev_repo = git.Repo(dev)
+    (dev / "pkg/added.txt").write_text("added by a refreshed patch\n")
+    dev_repo.git.add("--all")
+    dev_repo.git.commit("--quiet", "--amend", "--no-edit")
+    assert patch_check.refresh(plan, dev) == ["0002-newfile.patch"]
+    fresh = resolve(recipe.load("r", project), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    new = fresh.series.patches[1]
+    assert new.path == pool / f"0002-newfile@{new.sha256[:8]}.patch" and "+added by a refreshed patch" in new.path.read_text()
+    assert shared.read_text() == PATCH_NEWFILE and load_series(old).digest == load_series(old, check_lock=False).digest
+    assert [p.name for p in sorted(fresh.series.directory.iterdir())] == ["series", "series.lock"]  # nothing left beside
+    assert (workspace.prepare(fresh).project / "added.txt").read_text() == "added by a refreshed patch\n"
 
 
 def test_unreachable_repo_names_git_reason(project: Path, tmp_path: Path) -> None:

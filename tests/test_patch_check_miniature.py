@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 
 
 def test_patch_check_shows_every_state(project: Path, tmp_path: Path) -> None:

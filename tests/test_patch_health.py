@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 FIRST, REST = PATCHES[0], PATCHES[1:]
 
 
@@ -246,3 +246,39 @@ def test_unknown_compared_series_is_one_line_error(tmp_path: Path, project: Path
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: --series minikernel/v9: no series file at {project}/patches/minikernel/v9/series")
     assert "e.g. minikernel/v1" in line
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The modules of `package` that `path` imports, at any level (TYPE_CHECKING blocks too)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n.startswith(f"{package}.")}
+    return found
+
+
+def test_the_patch_stage_modules_import_one_way() -> None:
+    """health and healthreport imported each other (issue 38, item 6): no import circle in stages/patch."""
+    package = "build_kernel.stages.patch"
+    folder = REPO_ROOT / "build_kernel" / "stages" / "patch"
+    graph = {f"{package}.{p.stem}": _imports(p, package) for p in folder.glob("*.py") if p.stem != "__init__"}
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert seen.get(module) != 1, f"import circle: {' -> '.join((*path, module))}"
+        if seen.get(module) == 2:
+            return
+        seen[module] = 1
+        for imported in sorted(graph.get(module, set()) & set(graph)):
+            visit(imported, (*path, module))
+        seen[module] = 2
+
+    for module in sorted(graph):
+        visit(module, ())

@@ -145,3 +145,18 @@ def test_a_program_that_is_not_executable_or_a_folder_that_is_gone_is_named(tmp_
     gone = tmp_path / "gone"
     with pytest.raises(BuildError, match=rf"^building: the folder to run python3 in, {gone}, does not exist"):
         process.run(["python3", "-c", "pass"], error=BuildError, what="building", cwd=gone)
+
+
+def test_lines_streams_stdout_and_fails_with_the_domain_error_unless_tolerated() -> None:
+    from build_kernel.errors import VerifyError
+
+    script = "import sys; print('a'); print('b'); print(sys.argv[1], file=sys.stderr); sys.exit(int(sys.argv[2]))"
+    assert list(process.lines([sys.executable, "-c", script, "fine", "0"], what="x")) == ["a\n", "b\n"]
+    # A failure a caller expects (cuobjdump: "does not contain device code") is no error.
+    tolerated = process.lines([sys.executable, "-c", script, "no device code", "1"], what="x", tolerate="no device code")
+    assert list(tolerated) == ["a\n", "b\n"]
+    with pytest.raises(VerifyError, match=r"^dumping: `.*` exited 2: the reason \(install it\)$"):
+        list(process.lines([sys.executable, "-c", script, "the reason", "2"], error=VerifyError, what="dumping",
+                           fix="install it"))
+    with pytest.raises(VerifyError, match=r"dumping: .*no-such-tool not found"):
+        list(process.lines(["/no/such/dir/no-such-tool"], error=VerifyError, what="dumping"))

@@ -23,7 +23,7 @@ from build_kernel.stages.build.provenance import FILE as PROVENANCE_FILE
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 from tests.test_publish import write_record
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 OURS = "0.3.21"
 TORCH = "2.9.1"
 FIX = "(run `build-kernel serve --install --recipe R`: it installs this wheel --no-deps and sglang beside it)"

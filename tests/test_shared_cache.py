@@ -22,7 +22,7 @@ from build_kernel.compile_cache import engines, settings, stats
 from build_kernel.errors import BuildError
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 VENV_BIN = str(Path(sys.executable).parent)
 
 

@@ -21,7 +21,7 @@ from build_kernel.stages.verify.report import require_verified
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
-PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.patch"))
+PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 DEMO = recipe_mod.load("demo")
 ARCH = parse_arch_list("12.0a")
 
@@ -124,3 +124,23 @@ def test_unverified_wheel_is_refused(tmp_path: Path, demo_build: DemoBuild) -> N
     shutil.copy(demo_build.wheel, copy)
     with pytest.raises(VerifyError, match=r"has not been verified.*build-kernel verify"):
         require_verified(copy)
+
+
+def test_a_failed_verdict_is_no_success_and_rules_follow_the_asked_archs(demo_build: DemoBuild, tmp_path: Path) -> None:
+    """`verify --arch 10.0a --recheck` of the 12.0a miniature fails: it exits 7 and its step closes with ✕ (it
+    printed ✓). A required FP4 rule for the library cc 9.0 does not load asks nothing of a 9.0a-only check."""
+    wheel = shutil.copy(demo_build.wheel, tmp_path / demo_build.wheel.name)  # its failing record stays here
+    proc = run_cli("--arch", "10.0a", "verify", str(wheel), "--recipe", "demo", "--recheck")
+    assert proc.returncode == 7, proc.stderr
+    assert "✕ verify" in proc.stderr and "✓ verify" not in proc.stderr, proc.stderr
+    assert "failed" in proc.stdout
+    rule = recipe_mod.LibraryRule(glob="minikernel/sm100/common_ops*", fp4=True, required=True)
+    spec = replace(DEMO.verify, fp4_library="", libraries=(rule,))
+    hopper = parse_arch_list("9.0a")
+    before = verify.verify(Path(wheel), spec, hopper, env=os.environ, reuse=False, static=True)
+    assert "no library matching minikernel/sm100/common_ops* holds device code" not in " ".join(before.failures)
+    assert any("no cubin or PTX for sm_90a" in f for f in before.failures)  # the rule applies: it must cover 9.0a
+    after = verify.verify(Path(wheel), replace(spec, libraries=(replace(rule, not_loaded_on=("9.0",)),)), hopper,
+                          env=os.environ, reuse=False, static=True)
+    sm100 = [lib for lib in after.libraries if lib.path == "minikernel/sm100/common_ops.so"]
+    assert sm100 and not sm100[0].applies and not any("sm100/common_ops" in f for f in after.failures), after.failures

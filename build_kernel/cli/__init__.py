@@ -2,34 +2,34 @@
 prints the result.
 
 The shared options (--recipe, --arch, --jobs, --cache-dir, --output-dir, --json, --debug)
-are accepted before or after the command; given in both places, the later wins.
-`main()` catches only BuildKernelError: one line (or one line per recipe problem), and
-the error kind's exit code. `--debug` shows the traceback as well.
+are accepted before or after every command and subcommand; given in both places, the later wins.
+The root group's `main` (cli.output.GuardedGroup) is the only exit: an error is one line (or one
+line per recipe problem) on stderr, or one JSON object on stdout with `--json`, and the error
+kind's exit code; `--debug` shows the traceback as well.
 """
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from build_kernel import __version__
-from build_kernel.cli.options import Options, emit, shared_options
-from build_kernel.errors import BuildKernelError
+from build_kernel.cli.options import Options, _store, emit, shared_options
+from build_kernel.cli.output import GuardedGroup
 
 __all__ = ["cli", "main"]
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=GuardedGroup, invoke_without_command=True)
 @shared_options
-@click.option("--offline", is_flag=True, help="Pipeline: use only cached sources; never touch the network.")
+@click.option("--offline", is_flag=True, callback=_store, expose_value=False,
+              help="Use only cached sources; never touch the network (the pipeline and every command after it).")
 @click.option("--force", is_flag=True, help="Pipeline: rebuild even when the wheel cache has this build.")
 @click.option("--dry-run", is_flag=True, help="Pipeline: print the resolved plan and stages, run nothing.")
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="Pipeline: GPU check to run in verify.")
 @click.option("--recheck", is_flag=True, help="Pipeline: run verify's checks even when the wheel's record matches.")
 @click.version_option(__version__)
 @click.pass_context
-def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check: str, recheck: bool) -> None:
+def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck: bool) -> None:
     """Build GPU kernel libraries from pinned, patched source.
 
     `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
@@ -37,7 +37,7 @@ def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check
     opts = ctx.ensure_object(Options)
     if ctx.invoked_subcommand is None:
         if not opts.recipe:
-            if dry_run or offline or force or recheck or gpu_check:
+            if dry_run or force or recheck or gpu_check:
                 # A pipeline flag alone is a mistake, not a request for help (which would exit 0).
                 raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
             click.echo(ctx.get_help())
@@ -45,7 +45,8 @@ def cli(ctx: click.Context, offline: bool, force: bool, dry_run: bool, gpu_check
         from build_kernel import pipeline
 
         p = opts.plan()
-        result = pipeline.run(p, offline=offline, force=force, dry_run=dry_run, gpu_check=gpu_check, recheck=recheck)
+        result = pipeline.run(p, offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
+                              recheck=recheck)
         if dry_run:
             from rich.console import Group
 
@@ -73,18 +74,4 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = "--debug" in (argv if argv is not None else sys.argv)
-    try:
-        cli.main(args=argv, prog_name="build-kernel", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except BuildKernelError as exc:
-        if debug:
-            raise
-        for line in exc.render().splitlines():
-            click.echo(f"error: {line}", err=True)
-        sys.exit(exc.exit_code)
+    cli.main(argv, prog_name="build-kernel")

@@ -18,6 +18,7 @@ from build_kernel.errors import BuildError
 
 
 @click.group("cache")
+@shared_options
 def cache_group() -> None:
     """The compile cache: statistics, and a build farm's configuration."""
 

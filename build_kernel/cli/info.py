@@ -8,17 +8,21 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from build_kernel import host_compiler, log, recipe, stack, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
-from build_kernel.plan import Plan
+from build_kernel.log import styled
+from build_kernel.plan import Plan, recipe_search_path
+from build_kernel.recipe.load import values as recipe_values
+from build_kernel.recipe.problems import _toml as toml_value
 from build_kernel.resources import probe
 
 
 @click.group("recipes")
+@shared_options
 def recipes_group() -> None:
     """List and show recipes."""
 
@@ -53,15 +57,22 @@ def recipes_show(opts: Options, name: str | None) -> None:
         raise click.UsageError(f"two recipes given: {name} and --recipe {opts.recipe}; give one")
     if not (name or opts.recipe):
         raise click.UsageError("no recipe given: pass NAME or --recipe NAME (see `build-kernel recipes list`)")
-    r = recipe.load(name or opts.recipe or "")
+    r = recipe.load(name or opts.recipe or "", search=recipe_search_path(opts.env))
     data = {"name": r.name, "path": str(r.path), "digest": r.digest, "recipe": r.raw}
     emit(opts, data, json.dumps(data, indent=2, default=str))
 
 
 @recipes_group.command("reference")
-def recipes_reference() -> None:
-    """The recipe reference (Markdown), generated from the recipe model."""
-    click.echo(recipe.reference_markdown(), nl=False)
+@shared_options
+@click.pass_obj
+def recipes_reference(opts: Options) -> None:
+    """The recipe reference (Markdown; --json: each table's keys, defaults, meanings), generated from the model."""
+    from build_kernel.recipe.reference import reference_tables
+
+    if opts.json:
+        emit(opts, reference_tables(), "")
+    else:
+        click.echo(recipe.reference_markdown(), nl=False)
 
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
@@ -107,6 +118,10 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
         data["warnings"] = [warning]
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
+    set_values = recipe_values(p.recipe.raw)
+    for key, where in p.recipe.origins.items():  # every value with the file and line that set it
+        if key in set_values and key != "extends":
+            table.add_row("from", f"{key} = {toml_value(set_values[key])}  ({where})")
     table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
     for rw in p.remotes():
         if rw.rewritten:
@@ -121,14 +136,14 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
     table.add_row("jobs", p.jobs.derivation)
     for warning in p.jobs.warnings:
         log.warn(warning)
-        table.add_row("[yellow]warning[/]", escape(warning))
+        table.add_row(styled("warning", "yellow"), warning)
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     data["scheduling"] = sched = _scheduling(p, facts.ninja_version)
     table.add_row("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
                                f"ninja {sched['ninja'] or 'none'})")
-    table.add_row("compile order", escape(_order_row(sched["order"])))  # "[build]" is not rich markup
+    table.add_row("compile order", _order_row(sched["order"]))
     for tu in data["scheduling"]["tus"]:
         table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
     table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
@@ -170,14 +185,15 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     if "cuda_toolkit" in data:
         table.add_row("CUDA toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     for dep in data.get("system", []):
-        state = "found" if dep["ok"] else f"[red]MISSING[/] {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})"
-        table.add_row("system", f"{dep['name']} for {dep['needed_by'] or 'the build'}: {state}")
+        state = Text("found") if dep["ok"] else styled("MISSING", "red") + (
+            f" {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})")
+        table.add_row("system", Text(f"{dep['name']} for {dep['needed_by'] or 'the build'}: ") + state)
     if note := (data.get("stack") or {}).get("note"):
-        table.add_row("build env", escape(note))
+        table.add_row("build env", note)
     for warning in data.get("warnings", []):
-        table.add_row("[yellow]warning[/]", escape(warning))
+        table.add_row(styled("warning", "yellow"), warning)
     for problem in data.get("problems", []):
-        table.add_row("[red]problem[/]", problem)
+        table.add_row(styled("problem", "red"), problem)
     return table
 
 

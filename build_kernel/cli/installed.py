@@ -9,6 +9,7 @@ from rich.table import Table
 
 from build_kernel.archs import parse_arch_list
 from build_kernel.cli.options import Options, emit
+from build_kernel.log import styled
 from build_kernel.stages.verify.installed import Diagnosis, examine
 
 UNHEALTHY = 7  # verify's exit code
@@ -38,7 +39,7 @@ def _table(d: Diagnosis) -> Table:
         table.add_row("sglang", f"{d.sglang}: " + (f"imports {', '.join(sorted(d.api_missing))} it lacks"
                                                  if d.api_missing else "every name it imports is there"))
     for p in d.problems:
-        table.add_row("[red]problem[/]", f"{d.label} {p.text}: {p.fix or d.fix}")  # each text continues the name
+        table.add_row(styled("problem", "red"), f"{d.label} {p.text}: {p.fix or d.fix}")  # each text continues the name
     for note in d.notes:
         table.add_row("note", note)
     table.add_row("recipe", f"{d.recipe} ({d.recipe_why})")

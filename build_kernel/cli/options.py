@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,8 +11,10 @@ from typing import Any, TypeVar
 import click
 
 from build_kernel import log, recipe
+from build_kernel.cli.output import remember_wheel
 from build_kernel.compile_cache.settings import FROM_COMMAND_LINE
-from build_kernel.plan import Plan, environment, resolve
+from build_kernel.plan import Plan, environment, recipe_search_path, resolve
+from build_kernel.wheel_check import check_wheel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,12 +30,14 @@ class Options:
     output_dir: Path | None = None
     json: bool = False
     debug: bool = False
+    # Before or after the command, as the shared options (`build-kernel --offline fetch` is offline too).
+    offline: bool = False
     env: dict[str, str] = field(default_factory=environment)
 
     def plan(self) -> Plan:
         if not self.recipe:
             raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
-        return resolve(recipe.load(self.recipe), env=self.env, arch=self.arch, jobs=self.jobs,
+        return resolve(recipe.load(self.recipe, search=recipe_search_path(self.env)), env=self.env, arch=self.arch, jobs=self.jobs,
                        cache_dir=self.cache_dir, output_dir=self.output_dir)
 
 
@@ -58,7 +61,7 @@ def _store_env(variable: str) -> Callable[[click.Context, click.Parameter, Any],
             if param.name == "cache_url" and "://" not in text and not text.startswith(("/", "~")):
                 text = str(Path(text).absolute())
             env[variable] = text
-            given = [v for v in env.get(FROM_COMMAND_LINE, "").split(",") if v and v != variable]
+            given = [v for v in env.get(FROM_COMMAND_LINE, "").split(",") if v and not v.startswith(f"{variable}=")]
             env[FROM_COMMAND_LINE] = ",".join([*given, f"{variable}={param.opts[0]}"])
     return store
 
@@ -96,21 +99,32 @@ def shared_options(command: F) -> F:
     return command
 
 
-offline_option = click.option("--offline", is_flag=True, help="Use only what is cached; never touch the network.")
+class WheelPath(click.ParamType[Path, Any]):
+    """A wheel argument: checked to be a wheel when parsed, so every command that takes one refuses
+    a text file, an empty file, a foreign zip or a folder with the same one line (exit 7)."""
+
+    name = "wheel"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        remember_wheel(ctx, Path(value))
+        return check_wheel(Path(value))
+
+
+WHEEL = WheelPath()
+
+offline_option = click.option("--offline", is_flag=True, callback=_store, expose_value=False,
+                              help="Use only what is cached; never touch the network.")
 
 
 def emit(opts: Options, data: Any, human: Any) -> None:
-    """JSON on stdout for scripts, or the human rendering."""
+    """JSON on stdout for scripts, or the human rendering: a string as it is, a rich table through a
+    console without markup, so a cell says what the JSON says (log.py)."""
     if opts.json:
         click.echo(json.dumps(data, indent=2, default=str))
     elif isinstance(human, str):
         click.echo(human)
     else:
-        log.console.file = sys.stdout
-        try:
-            log.console.print(human)
-        finally:
-            log.console.file = sys.stderr
+        log.out(human)
 
 
 def newest_wheel(p: Plan) -> Path:
@@ -119,4 +133,5 @@ def newest_wheel(p: Plan) -> Path:
     if not candidates:
         raise click.UsageError(f"no wheel in {p.output_dir}: build one first (build-kernel build --recipe "
                                f"{p.recipe.name}) or pass WHEEL")
-    return candidates[-1]
+    remember_wheel(None, candidates[-1])
+    return check_wheel(candidates[-1])

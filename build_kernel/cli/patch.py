@@ -9,9 +9,11 @@ import click
 from rich.table import Table
 
 from build_kernel.cli.options import Options, emit, offline_option, shared_options
+from build_kernel.log import styled
 
 
 @click.group("patch")
+@shared_options
 def patch_group() -> None:
     """Check, lock and refresh patch series."""
 
@@ -21,16 +23,16 @@ def patch_group() -> None:
 @click.option("--commit", metavar="SHA", help="Check against this upstream commit instead of the pin.")
 @offline_option
 @click.pass_obj
-def patch_check_cmd(opts: Options, commit: str | None, offline: bool) -> None:
+def patch_check_cmd(opts: Options, commit: str | None) -> None:
     """One row per patch: applies / applies with offset / already upstream / conflicts."""
     from build_kernel.stages.patch import check as patch_check
 
     p = opts.plan()
-    statuses = patch_check.check(p, commit=commit, offline=offline)
+    statuses = patch_check.check(p, commit=commit, offline=opts.offline)
     table = Table("patch", "state", "detail")
     for s in statuses:
         colour = {"applies": "green", "applies with offset": "yellow"}.get(s.state, "red")
-        table.add_row(s.name, f"[{colour}]{s.state}[/]", "; ".join(s.offsets) or s.detail)
+        table.add_row(s.name, styled(s.state, colour), "; ".join(s.offsets) or s.detail)
     emit(opts, [s.to_dict() for s in statuses], table)
     if any(s.state in ("conflicts", "already upstream") for s in statuses):
         sys.exit(5)
@@ -48,13 +50,13 @@ def patch_check_cmd(opts: Options, commit: str | None, offline: bool) -> None:
 @offline_option
 @click.pass_obj
 def patch_health_cmd(opts: Options, since: str | None, until: str | None,
-                     write_to: Path | None, also: tuple[str, ...], offline: bool) -> None:
+                     write_to: Path | None, also: tuple[str, ...]) -> None:
     """The series' state at every upstream commit that changed the package version (a report: exit 0)."""
     from build_kernel.stages.patch import health as patch_health
 
     p = opts.plan()
     more = tuple(patch_health.other_series(p, name) for name in dict.fromkeys(also) if name != p.series.name)
-    health = patch_health.walk(p, since=since, until=until, offline=offline, also=more)
+    health = patch_health.walk(p, since=since, until=until, offline=opts.offline, also=more)
     if write_to is not None:
         patch_health.write(health, write_to)
     emit(opts, [row.to_dict() for row in health.rows], patch_health.render(health, [s.name for s in p.series.patches]))
@@ -77,12 +79,12 @@ def patch_lock_cmd(opts: Options, directory: Path) -> None:
 @click.argument("dest", type=click.Path(path_type=Path))
 @offline_option
 @click.pass_obj
-def patch_worktree_cmd(opts: Options, dest: Path, offline: bool) -> None:
+def patch_worktree_cmd(opts: Options, dest: Path) -> None:
     """A checkout at DEST with one commit per patch, to edit and then `patch refresh`."""
     from build_kernel.stages.patch import check as patch_check
 
     p = opts.plan()
-    patch_check.dev_worktree(p, dest, offline=offline)
+    patch_check.dev_worktree(p, dest, offline=opts.offline)
     emit(opts, {"worktree": str(dest)}, f"{dest}: one commit per patch; edit, commit (amend/fixup), then `build-kernel patch refresh`")
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from build_kernel.cli.options import Options, emit, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, shared_options
+from build_kernel.log import styled
 
 if TYPE_CHECKING:
     from build_kernel.stages.verify.prune_proof import Proof
@@ -25,15 +26,15 @@ def _table(proof: Proof) -> Table:
             table.add_row("  FP4 SASS", ", ".join(f"{k} {v} vs {lib.fp4_unpruned.get(k, 0)}"
                                                   for k, v in lib.fp4_pruned.items()))
     for failure in proof.failures:
-        table.add_row("[red]FAIL[/]", failure)
-    table.add_row("result", "[green]passed[/]: pruning removed only functions, and changed none"
-                  if proof.passed else "[red]failed[/]")
+        table.add_row(styled("FAIL", "red"), failure)
+    table.add_row("result", styled("passed", "green") + ": pruning removed only functions, and changed none"
+                  if proof.passed else styled("failed", "red"))
     return table
 
 
 @click.command("prune-proof")
-@click.argument("pruned", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--against", "unpruned", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.argument("pruned", type=WHEEL)
+@click.option("--against", "unpruned", required=True, type=WHEEL,
               help="The unpruned wheel: the same commit and archs, built without the arch-pruning patch.")
 @click.option("--across-tus", is_flag=True,
               help="Match file-local (anonymous-namespace, static) functions across translation units: for a "

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from build_kernel import stages
-from build_kernel.cli.options import Options, emit, newest_wheel, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, newest_wheel, shared_options
 
 
 def _human(result: dict[str, Any]) -> str:
@@ -37,7 +37,7 @@ def _human(result: dict[str, Any]) -> str:
 
 
 @click.command("serve")
-@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheel", required=False, type=WHEEL)
 @shared_options
 @click.option("--model", metavar="PATH|ID", help="Model folder or hub id (default: the recipe's [serve] model).")
 @click.option("--dry-run", "mode", flag_value="check", default=True,

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from build_kernel import log, stages
-from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.log import styled
 
 if TYPE_CHECKING:
     from build_kernel.stages.verify.report import Report
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 @shared_options
 @offline_option
 @click.pass_obj
-def fetch_cmd(opts: Options, offline: bool) -> None:
+def fetch_cmd(opts: Options) -> None:
     """Fetch the pinned source and apply the patch series (cached by commit + series)."""
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 
-    ctx = stages.run(stages.Context(opts.plan(), offline=offline), [FetchStage(), PatchStage()])
+    ctx = stages.run(stages.Context(opts.plan(), offline=opts.offline), [FetchStage(), PatchStage()])
     tree = ctx.tree
     assert tree is not None
     data = {"tree": str(tree.root), "project": str(tree.project), "commit": tree.commit, "cached": tree.cached,
@@ -43,13 +43,13 @@ def fetch_cmd(opts: Options, offline: bool) -> None:
 @offline_option
 @click.option("--force", is_flag=True, help="Rebuild even on a cache hit.")
 @click.pass_obj
-def build_cmd(opts: Options, offline: bool, force: bool) -> None:
+def build_cmd(opts: Options, force: bool) -> None:
     """Fetch, patch and build the wheel (cached by every input)."""
     from build_kernel.stages.build import BuildStage
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 
-    ctx = stages.run(stages.Context(opts.plan(), offline=offline, force=force),
+    ctx = stages.run(stages.Context(opts.plan(), offline=opts.offline, force=force),
                      [FetchStage(), PatchStage(), BuildStage()])
     result = ctx.build
     assert result is not None
@@ -77,21 +77,22 @@ def _report_table(report: Report) -> Table:
     else:
         table.add_row("import, ops, gpu", "not run (--static)")
     for w in report.warnings:
-        table.add_row("[yellow]warning[/]", w)
+        table.add_row(styled("warning", "yellow"), w)
     for f in report.failures:
-        table.add_row("[red]FAIL[/]", f)
-    verdict = "[green]passed[/]" if report.passed else "[red]failed[/]"
+        table.add_row(styled("FAIL", "red"), f)
+    verdict = styled("passed", "green") if report.passed else styled("failed", "red")
     if report.passed and not report.checks.get("import", True):
         # Device code only: a wheel that links another CUDA passed that much, and no more.
         wrong = [w for w in report.warnings if "it will not load on" in w]
-        verdict = (f"[yellow]device code passed (--static), but it will not load with this recipe: "
-                   f"{escape(wrong[0].split(';')[0])}[/]" if wrong else "[green]device code passed (--static: not imported)[/]")
-    table.add_row("result", f"{verdict} (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
+        verdict = (styled(f"device code passed (--static), but it will not load with this recipe: "
+                          f"{wrong[0].split(';')[0]}", "yellow") if wrong
+                   else styled("device code passed (--static: not imported)", "green"))
+    table.add_row("result", verdict + " (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
     return table
 
 
 @click.command("verify")
-@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheel", required=False, type=WHEEL)
 @shared_options
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="GPU check to run when a GPU of a built arch is present.")
 @click.option("--recheck", is_flag=True, help="Run the checks even when the wheel's record already matches.")
@@ -113,7 +114,7 @@ def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool,
 
 
 @click.command("publish")
-@click.argument("wheels", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheels", nargs=-1, type=WHEEL)
 @shared_options
 @click.option("--to", "to", metavar="NAME|URL|PATH",
               help="Index name ([publish.targets], indexes.toml or ~/.pypirc), upload URL, or static folder "

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from build_kernel import stages
-from build_kernel.cli.options import Options, emit, newest_wheel, offline_option, shared_options
+from build_kernel.cli.options import WHEEL, Options, emit, newest_wheel, offline_option, shared_options
 
 
 def _table(record: dict[str, Any]) -> Table | str:
@@ -33,7 +33,7 @@ def _table(record: dict[str, Any]) -> Table | str:
 
 
 @click.command("test")
-@click.argument("wheel", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("wheel", required=False, type=WHEEL)
 @shared_options
 @offline_option
 @click.option("--file", "only", multiple=True, metavar="GLOB", help="Only the test files matching (repeatable).")
@@ -43,7 +43,7 @@ def _table(record: dict[str, Any]) -> Table | str:
               help="Install the tests' requirements from this folder of wheels only (an offline host).")
 @click.option("--dry-run", is_flag=True, help="List the files and the environment; install and run nothing.")
 @click.pass_obj
-def test_cmd(opts: Options, wheel: Path | None, offline: bool, only: tuple[str, ...], parallel: int | None,
+def test_cmd(opts: Options, wheel: Path | None, only: tuple[str, ...], parallel: int | None,
              timeout_s: float | None, wheelhouse: Path | None, dry_run: bool) -> None:
     """Run the package's own tests (recipe [test]) from the pinned commit against a wheel: per file passed /
     failed / skipped / uncollectable / crashed / timeout, judged against [test.expect] (exit 11 when red)."""
@@ -54,9 +54,8 @@ def test_cmd(opts: Options, wheel: Path | None, offline: bool, only: tuple[str, 
     p = opts.plan()
     stage = TestStage(only=only, parallel=parallel, timeout_s=timeout_s,
                       folder=wheelhouse.resolve() if wheelhouse else None, raise_on_failure=False)
-    ctx = stages.Context(p, offline=offline, wheels=[wheel or newest_wheel(p)])
     # A dry run reads the file list from the cached tree, offline: it downloads nothing.
-    ctx.offline = offline or dry_run
+    ctx = stages.Context(p, offline=opts.offline or dry_run, wheels=[wheel or newest_wheel(p)])
     stages.run(ctx, [FetchStage(), PatchStage()])
     ctx.dry_run = dry_run
     stage.run(ctx)

@@ -1,14 +1,20 @@
 """Finding, reading and merging recipe files, then building a validated `Recipe`.
 
-`extends = "parent"` merges the parent's tables key by key (lists are replaced).
+`extends = "parent"` merges the parent's tables key by key (lists are replaced). A parent named by
+name is looked for beside the child, then on the search path (`BUILD_KERNEL_RECIPE_PATH`, read by
+the plan's environment), then in the project's recipes/: a site's overlay kept anywhere extends a
+shipped recipe by name. A child's key replaces the parent's keys it cannot stand beside
+(`REPLACES`: a commit over a tag, a series of its own over the parent's version). Every value keeps
+the file and line that set it (`Recipe.origins`, shown by `plan`).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 # The repository root: recipes/ and patches/ live there (this file is build_kernel/recipe/load.py).
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent.parent
+# Folders of a site's own recipes, `:`-separated (the plan's environment reads it: plan.recipe_search_path).
+SEARCH_ENV = "BUILD_KERNEL_RECIPE_PATH"
 
 
 def recipes_dir(root: Path | None = None) -> Path:
@@ -36,10 +44,14 @@ def list_recipes(root: Path | None = None) -> list[str]:
     return sorted(p.stem for p in recipes_dir(root).glob("*.toml"))
 
 
-def _find(name_or_path: str, root: Path) -> Path:
+def _by_name(name: str, folders: Sequence[Path]) -> Path | None:
+    """The first `<folder>/<name>.toml` of `folders` that exists."""
+    return next((folder / f"{name}.toml" for folder in folders if (folder / f"{name}.toml").is_file()), None)
+
+
+def _find(name_or_path: str, root: Path, search: Sequence[Path] = ()) -> Path:
     candidate = Path(name_or_path)
-    if candidate.is_dir() and (name_or_path.endswith(".toml") or "/" in name_or_path or not (root / "recipes" /
-                                                                                          f"{name_or_path}.toml").is_file()):
+    if candidate.is_dir() and (name_or_path.endswith(".toml") or "/" in name_or_path):
         inside = sorted(p.name for p in candidate.glob("*.toml"))
         raise RecipeError([f"{name_or_path}: is a folder, not a recipe file (name one of its recipes: "
                            f"{', '.join(inside[:5]) + (', …' if inside[5:] else '') if inside else 'it has no .toml'})"])
@@ -47,8 +59,8 @@ def _find(name_or_path: str, root: Path) -> Path:
         if candidate.is_file():
             return candidate.resolve()
         raise RecipeError([f"{name_or_path}: no such recipe file (check the path)"])
-    path = recipes_dir(root) / f"{name_or_path}.toml"
-    if path.is_file():
+    path = _by_name(name_or_path, [recipes_dir(root), *search])
+    if path is not None:
         return path
     known = list_recipes(root)
     close = difflib.get_close_matches(name_or_path, known, n=1)
@@ -85,18 +97,73 @@ def _line_of(text: str, table: str, key: str) -> int:
     return 1
 
 
-def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+# (table, child key) -> the parent's keys of that table it replaces: keys that cannot stand together
+# (`give commit or tag, not both`), or a value that belongs to the one replaced (a version to its series).
+# `deps.*`: any [deps.NAME] table.
+REPLACES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("deps.*", "commit"): ("tag",),
+    ("deps.*", "tag"): ("commit",),
+    ("deps.*", "path"): ("repo", "commit", "tag", "paths", "submodules"),
+    ("deps.*", "repo"): ("path",),
+    ("patches", "series"): ("version",),
+}
+
+
+def _replaced(table: str, key: str) -> tuple[str, ...]:
+    generic = f"{table.split('.')[0]}.*" if table.count(".") == 1 else table
+    return REPLACES.get((table, key), REPLACES.get((generic, key), ()))
+
+
+def _merge(parent: dict[str, Any], child: dict[str, Any], table: str = "",
+           dropped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The child over the parent, key by key; `dropped` collects the parent's values a child key replaced
+    (key path -> value)."""
     merged = dict(parent)
     for key, value in child.items():
+        for other in _replaced(table, key.replace("-", "_")):
+            if other in merged and other not in child:
+                value_dropped = merged.pop(other)
+                if dropped is not None:
+                    dropped[f"{table}.{other}" if table else other] = value_dropped
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = _merge(merged[key], value, f"{table}.{key}" if table else key, dropped)
         else:
             merged[key] = value
     return merged
 
 
-def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]]:
-    """Merged table plus, per top-level table, the file that last set it (for line lookup)."""
+def values(raw: dict[str, Any]) -> dict[str, Any]:
+    """key path -> value of every value of a (merged) recipe table, keyed as `Recipe.origins`."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        spelled = json.dumps(key) if re.search(r"[^A-Za-z0-9_-]", key) else key
+        if isinstance(value, dict):
+            out.update({f"{spelled}.{k}": v for k, v in values(value).items()})
+        else:
+            out[key.replace("-", "_")] = value
+    return out
+
+
+def _leaves(data: dict[str, Any], header: str = "") -> list[tuple[str, str, str, bool]]:
+    """(key path, its table as a header spells it, key, is a table) of every key below `data`; the key
+    path is what `where(table, key)` looks up (`deps.repo-triton.tag`, `verify.libraries."GLOB".fp4`)."""
+    out: list[tuple[str, str, str, bool]] = []
+    for key, value in data.items():
+        spelled = json.dumps(key) if re.search(r"[^A-Za-z0-9_-]", key) else key
+        if isinstance(value, dict):
+            sub = f"{header}.{spelled}" if header else spelled
+            out.append((sub, header, key, True))
+            out.extend(_leaves(value, sub))
+        else:
+            leaf = key.replace("-", "_")
+            out.append((f"{header}.{leaf}" if header else leaf, header, key, False))
+    return out
+
+
+def _load_raw(path: Path, chain: tuple[Path, ...], search: Sequence[Path] = (),
+              dropped: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]]:
+    """Merged table plus, per key path (each top-level table, each table and each value below it), the
+    file that last set it (for line lookup); `dropped`: what a child's key replaced, and where it was set."""
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise RecipeError([f"{chain[-1]}:{_line_of(chain[-1].read_text(), '', 'extends')}: extends: cycle {cycle} (remove one `extends`)"])
@@ -105,21 +172,32 @@ def _load_raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict
     # And per key of each table: an inherited key's line (and a path's base) is in the file that set it.
     origins.update({f"{table}.{key.replace('-', '_')}": (path, text) for table, keys in data.items()
                     if isinstance(keys, dict) for key in keys})
+    origins.update({key: (path, text) for key, *_ in _leaves(data)})
     parent_name = data.get("extends")
     if parent_name is None:
         return data, origins
     line = _line_of(text, "", "extends")
     if not isinstance(parent_name, str):
         raise RecipeError([f"{path}:{line}: extends: must be a recipe name string (e.g. extends = \"nightly-cu130\", or a .toml path)"])
-    # A name is a sibling; a path (a site's overlay of a shipped recipe) is relative to this file.
+    # A path (a site's overlay of a shipped recipe) is relative to this file; a name is a sibling, else
+    # on the search path, else one of the project's recipes.
     by_path = parent_name.endswith(".toml") or "/" in parent_name
-    parent_path = (path.parent / parent_name).resolve() if by_path else path.parent / f"{parent_name}.toml"
-    if not parent_path.is_file():
-        where = parent_path if by_path else path.parent
-        raise RecipeError([f"{path}:{line}: extends: parent recipe {parent_name!r} not found in {where} (create it or fix the name)"])
-    parent, parent_origins = _load_raw(parent_path, (*chain, path))
+    folders = [path.parent, *search, recipes_dir()]
+    found = (path.parent / parent_name).resolve() if by_path else _by_name(parent_name, folders)
+    if found is None or not found.is_file():
+        where = found if by_path else ", ".join(dict.fromkeys(str(f) for f in folders))
+        fix = "fix the path" if by_path else f"create it, fix the name, or add its folder to {SEARCH_ENV}"
+        raise RecipeError([f"{path}:{line}: extends: parent recipe {parent_name!r} not found in {where} ({fix})"])
+    parent, parent_origins = _load_raw(found.resolve(), (*chain, path), search, dropped)
+    here: dict[str, Any] = {}
+    merged = _merge(parent, data, dropped=here)
+    for key, value in here.items():  # the parent's value, and the file that set it, for messages
+        if dropped is not None:
+            siblings = parent.get(key.split(".")[0], {})  # the parent's table it stood in (its series)
+            dropped[key] = (value, parent_origins.get(key, (found, ""))[0], siblings)
+        parent_origins.pop(key, None)
     parent_origins.update(origins)
-    return _merge(parent, data), parent_origins
+    return merged, parent_origins
 
 
 def _without(table: Any, key: str) -> Any:
@@ -164,12 +242,14 @@ def _patches_root(recipe: Recipe, origins: Mapping[str, tuple[Path, str]]) -> Pa
     return None
 
 
-def load(name_or_path: str, root: Path | None = None) -> Recipe:
-    """Load, merge and validate one recipe; raise RecipeError listing every problem."""
-    path = _find(name_or_path, root or DEFAULT_ROOT)
+def load(name_or_path: str, root: Path | None = None, search: Sequence[Path] = ()) -> Recipe:
+    """Load, merge and validate one recipe; raise RecipeError listing every problem. `search`: folders
+    of a site's own recipes, for names (the recipe's and its parents')."""
+    path = _find(name_or_path, root or DEFAULT_ROOT, search)
     # A recipe given by path lives in <root>/recipes/: its siblings and patches/ are there.
     root = path.parent.parent
-    raw, origins = _load_raw(path, ())
+    dropped: dict[str, Any] = {}
+    raw, origins = _load_raw(path, (), search, dropped)
     problems = _Problems()
 
     def where(table: str, key: str) -> str:
@@ -212,7 +292,20 @@ def load(name_or_path: str, root: Path | None = None) -> Recipe:
         raw=raw,
         **sections,
     )
-    recipe = replace(recipe, patches_root=_patches_root(recipe, origins))
+    recipe = replace(recipe, patches_root=_patches_root(recipe, origins),
+                     origins={key: f"{file}:{_line_of(text, table, name)}" for key, table, name, is_table in _leaves(raw)
+                              if not is_table for file, text in [origins.get(key, (path, ""))]})
+    _inherited_version(recipe, dropped, problems, where)
     _check(recipe, problems, where)
     problems.raise_if_any()
     return recipe
+
+
+def _inherited_version(r: Recipe, dropped: Mapping[str, Any], problems: _Problems, where: Any) -> None:
+    """A child's series of its own without a version: the parent's version was of the parent's series."""
+    if r.patches.version or "patches.version" not in dropped:
+        return
+    version, file, table = dropped["patches.version"]
+    problems.add(where("patches", "series"), "patches.version",
+                 f"missing: series {r.patches.series!r} is set here, the version {version} inherited from {file} is "
+                 f"{table.get('series', 'the parent series')}'s (set version = \"...\" of {r.patches.series} too)")

@@ -127,6 +127,11 @@ class LibraryRule:
     when_asked: tuple[str, ...] = _doc("The rule applies only when one of these archs is asked (FA3: `[\"9.0a\"]`); "
                                        "otherwise nothing loads the library on the asked archs and it is only listed.",
                                        factory=tuple)
+    not_loaded_on: tuple[str, ...] = _doc("Compute capabilities whose GPUs load another library instead (sgl-kernel: "
+                                          "`sm100/common_ops` is loaded by every GPU but cc 9.0, which loads `sm90/`: "
+                                          "`[\"9.0\"]`). The library covers only the other asked archs; when every "
+                                          "asked arch is one of these, the rule does not apply (not required, no FP4).",
+                                          factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,8 @@ class Recipe:
     # Where patches/ is: `root` unless the series lives beside the recipe that names it (an overlay
     # outside the project extending one of its recipes).
     patches_root: Path | None = None
+    # key path (`deps.repo-triton.commit`) -> `file:line` that set its value (after inheritance): `plan` shows it.
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def digest(self) -> str:

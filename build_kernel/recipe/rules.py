@@ -18,12 +18,13 @@ def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
                      f"{r.verify.libraries_default!r} is not one of asked, any (e.g. libraries_default = \"asked\")")
     for rule in r.verify.libraries:
         table = f'verify.libraries."{rule.glob}"'
-        for key, values in (("archs", [a for a in rule.archs if a != "asked"]), ("when_asked", rule.when_asked)):
+        for key, values in (("archs", [a for a in rule.archs if a != "asked"]), ("when_asked", rule.when_asked),
+                            ("not_loaded_on", rule.not_loaded_on)):
             try:
                 if values:
                     parse_arch_list(list(values))
             except ArchSpellingError as exc:
-                fix = 'arch names, or "asked"' if key == "archs" else 'arch names, e.g. ["9.0a"]'
+                fix = {"archs": 'arch names, or "asked"', "when_asked": 'arch names, e.g. ["9.0a"]'}.get(key, 'e.g. ["9.0"]')
                 problems.add(where(table, key), f"{table}.{key}", f"{exc} ({fix})")
 
 

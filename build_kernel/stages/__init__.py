@@ -99,7 +99,9 @@ def run(ctx: Context, stages: Iterable[Stage], *, clock: Callable[[], float] | N
             ctx.outcomes[stage.name] = {"status": why, "seconds": 0.0}
             continue
         start = now()
-        with log.step(stage.title(ctx)):
+        with log.step(stage.title(ctx)) as step:
             done = stage.run(ctx)
+            if done.status == "failed":  # a verdict, not an exception (verify shows its table first)
+                step.fail()
         ctx.outcomes[stage.name] = {"status": done.status, "seconds": round(now() - start, 1), **done.info}
     return ctx

@@ -13,7 +13,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import venv
 from pathlib import Path
@@ -56,14 +55,14 @@ def network_cause(output: str, torch_index: str) -> str | None:
     return f"pip could not reach a package index{f' ({failed})' if failed else ''}: {reason}"
 
 
-def _install_failure(proc: subprocess.CompletedProcess[str], torch: str, torch_index: str, log: Path) -> ToolchainError:
-    output = proc.stderr + proc.stdout
+def _install_failure(argv: list[str], code: int, output: str, torch: str, torch_index: str,
+                     log: Path) -> ToolchainError:
     if cause := network_cause(output, torch_index):
         return ToolchainError(f"installing torch {torch}: {cause}; full log: {log}",
                               hint="check the network, the proxy and pip's configuration (`pip config list`), or set "
                                    "[toolchain] torch_index to a mirror you can reach")
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return ToolchainError(f"installing torch {torch}: `{shlex.join(proc.args)}` exited {proc.returncode}: "
+    return ToolchainError(f"installing torch {torch}: `{shlex.join(argv)}` exited {code}: "
                           f"{lines[-1] if lines else '(no output)'}; full log: {log}",
                           hint="check [toolchain] torch / torch_index, or set torch = \"existing\"")
 
@@ -93,7 +92,8 @@ def python_for(plan: Plan, *, dry_run: bool = False) -> str:
                            fix="check [toolchain] torch / torch_index, or set torch = \"existing\"", log=log_path,
                            check=False)
                 if proc.returncode != 0:
-                    raise _install_failure(proc, t.torch, t.torch_index, log_path)
+                    raise _install_failure([str(a) for a in proc.args], proc.returncode, proc.stderr + proc.stdout,
+                                           t.torch, t.torch_index, log_path)
             except ToolchainError:
                 shutil.rmtree(root, ignore_errors=True)
                 raise

@@ -65,7 +65,7 @@ def _cached(final: Path, fill: Callable[[Path], object]) -> Path:
     return final
 
 
-def _driver(cache_dir: Path, roots: list[Path], env: Mapping[str, str] | None) -> tuple[Path, str]:
+def _driver(cache_dir: Path, roots: list[Path], env: Mapping[str, str]) -> tuple[Path, str]:
     header = driver_stub.find_header(roots)
     if header is None:
         where = ", ".join(map(str, roots)) or "no toolkit root"
@@ -89,8 +89,8 @@ def _folder(cache_dir: Path, links: dict[str, Path]) -> Path:
     return _cached(cache_dir / "link" / digest, fill)
 
 
-def provide(cache_dir: Path, toolkit_roots: list[Path], defines: Mapping[str, str],
-            env: Mapping[str, str] | None = None, torch_nvidia: Path | None = None,
+def provide(cache_dir: Path, toolkit_roots: list[Path], defines: Mapping[str, str], *,
+            env: Mapping[str, str], torch_nvidia: Path | None = None,
             system_dirs: tuple[str, ...] = driver_stub.SYSTEM_LIB_DIRS) -> Link:
     """What the build adds so the driver and the libraries linked by name resolve (ToolchainError when they cannot)."""
     out_defines: dict[str, str] = {}
@@ -116,5 +116,5 @@ def provide(cache_dir: Path, toolkit_roots: list[Path], defines: Mapping[str, st
     if not links:
         return Link(out_defines, {}, tuple(why))
     folder = _folder(cache_dir, links)
-    base = (env or os.environ).get("LIBRARY_PATH", "")
+    base = env.get("LIBRARY_PATH", "")  # the build's environment (the plan's), never this process's own
     return Link(out_defines, {"LIBRARY_PATH": os.pathsep.join(p for p in (str(folder), base) if p)}, tuple(why))

@@ -8,7 +8,7 @@ library's objects in CMakeLists order, so in the real sgl-kernel build (6ffc74ef
 (212 s) at 227 s: they trailed the build instead of overlapping its many short compiles.
 
 How. CMAKE_MAKE_PROGRAM is a shell script (`install`) that runs this file by path with
-`python -S` (stdlib and the recorder only, like recorder.py: CMake calls it for every probe)
+`python -S` (stdlib, the recorder and process.py only, like recorder.py: CMake calls it for every probe)
 and then execs the real ninja. Called for the build folder (not for CMake's try-compile
 folders, not for `--version`), it orders build.ninja first. CMake calls it there right
 after each generation (`-t restat build.ninja`, also when ninja re-runs CMake mid-build,
@@ -37,7 +37,6 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -48,6 +47,11 @@ if __package__:
     from build_kernel.stages.build.recorder import compiled
 else:  # run by path with -S (see above): the recorder beside this file, without the package's imports
     from recorder import compiled  # type: ignore[import-not-found, no-redef]
+
+    # and the tool's one runner of programs (build_kernel/__init__ and errors import nothing more)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from build_kernel import process
+from build_kernel.errors import BuildKernelError
 
 HERE = str(Path(__file__).resolve())
 FILE = "ninja-order.json"
@@ -132,7 +136,7 @@ def reorder(text: str, seconds: Mapping[str, float | None]) -> str:
 
 def compiles(folder: str, ninja: str, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """Each compile edge's first output -> (source, flags digest), from the expanded commands."""
-    listed = subprocess.run([ninja, "-C", folder, "-t", "compdb"], capture_output=True, text=True, check=True).stdout
+    listed = process.run([ninja, "-C", folder, "-t", "compdb"], what="ninja -t compdb").stdout
     found: dict[str, tuple[str, str]] = {}
     for entry in json.loads(listed):
         # Quoting shlex cannot read: that edge keeps its place.
@@ -162,8 +166,7 @@ def built(folder: str, ninja: str, data: Mapping[str, Any], targets: Sequence[st
     Not compdb's list, which also holds targets CMake leaves out of `all` (sgl-kernel's sm90 variant
     when no 9.x arch is asked, FA3, FlashMLA): counted as still to come, those would hold the governor's
     bound up for the whole build."""
-    listed = subprocess.run([ninja, "-C", folder, "-t", "commands", *targets], capture_output=True, text=True,
-                            check=True).stdout
+    listed = process.run([ninja, "-C", folder, "-t", "commands", *targets], what="ninja -t commands").stdout
     return sorted(d.source for line in listed.splitlines() if (d := compiled(line, data["strip"])) is not None)
 
 
@@ -250,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             with open(opts["--predictions"]) as fh:
                 said = order(folder, ninja, json.load(fh), targets_of(rest))
-        except (OSError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
+        except (OSError, ValueError, KeyError, BuildKernelError) as exc:
             # Order is an optimisation: a build must never fail for want of it.
             said = f"build-kernel: warning: build.ninja left in CMake's order ({type(exc).__name__}: {exc})"
         if "-t" not in rest:  # a build, not CMake's restat after generating: said once in the build's log

@@ -10,13 +10,15 @@ than the longest TU still to finish.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from build_kernel.stages.build import profile
 
 MiB = 1024 * 1024
+MEASURED_FOR = "# measured-for:"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,19 @@ def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | No
     return out
 
 
+def measured_for(csv_path: str | Path) -> dict[str, str]:
+    """What a shipped order profile was measured for, from its `# measured-for: archs=...; commit=...;
+    series=...` line (bench/order_profile.py writes it); {} for a profile without one."""
+    with open(csv_path) as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            if line.startswith(MEASURED_FOR):
+                pairs = (item.strip().partition("=") for item in line[len(MEASURED_FOR):].split(";"))
+                return {k.strip(): v.strip() for k, _, v in pairs if k.strip()}
+    return {}
+
+
 def heaviest_first(tus: Sequence[TU]) -> list[TU]:
     """The order to start them in: the largest peaks first (they pack worst), then the longest."""
     return sorted(tus, key=lambda t: (-t.peak_bytes, -(t.wall_s or 0.0)))
@@ -79,16 +94,55 @@ def eta_s(tus: Sequence[TU], done: Iterable[str], jobs: int) -> float | None:
 
 class EtaFromLines:
     """The ETA the progress bar shows: fed ninja's `[N/M] ...` lines (printed as edges finish when
-    ninja writes to a pipe), it marks the TU each names as done and answers eta_s of the rest."""
+    ninja writes to a pipe), it marks the TU each names as done and answers eta_s of the rest, scaled by
+    how the work done so far compared with its recorded time (a profile of another machine, other archs
+    or another pin is off by a factor: the build's own pace corrects it). Between lines it counts down
+    (`remaining`, `describe`, read by the bar on every refresh): it never stands still while the build runs,
+    and says so when the build runs past it."""
 
-    def __init__(self, tus: Sequence[TU], jobs: int) -> None:
+    # Rescale once this much recorded work is done and this much time has passed (seconds): before
+    # that, one cached or one slow compile would swing the estimate by any factor.
+    MIN_WORK_S, MIN_ELAPSED_S = 10.0, 10.0
+    SCALE_BOUNDS = (0.25, 10.0)
+
+    def __init__(self, tus: Sequence[TU], jobs: int, *, clock: Callable[[], float] = time.monotonic,
+                 note: str = "") -> None:
         # Longest first: `gemm/fp8.cu` must not be marked done by `fp8.cu`.
-        self.tus, self.jobs = list(tus), jobs
+        self.tus, self.jobs, self.clock, self.note = list(tus), jobs, clock, note
         self._names = sorted((t.source for t in tus), key=len, reverse=True)
         self.done: set[str] = set()
+        self.start = clock()
+        self.total = eta_s(self.tus, (), jobs) or 0.0
+        self.scale = 1.0
+        self._at, self._estimate = self.start, eta_s(self.tus, (), jobs)
 
     def __call__(self, line: str) -> float | None:
         hit = next((s for s in self._names if s in line), None)
         if hit:
             self.done.add(hit)
-        return eta_s(self.tus, self.done, self.jobs)
+        now, left = self.clock(), eta_s(self.tus, self.done, self.jobs)
+        worked, elapsed = self.total - (left or 0.0), now - self.start
+        if worked >= self.MIN_WORK_S and elapsed >= self.MIN_ELAPSED_S:
+            low, high = self.SCALE_BOUNDS
+            self.scale = min(high, max(low, elapsed / worked))
+        self._at, self._estimate = now, None if left is None else left * self.scale
+        return self._estimate
+
+    def remaining(self) -> float | None:
+        """Seconds left now: the last estimate counted down since it was made (0 once past it)."""
+        if self._estimate is None:
+            return None
+        return max(0.0, self._estimate - (self.clock() - self._at))
+
+    def describe(self) -> str:
+        """`eta 50 s (x2.0 from the work done) (note)`, or how far past the estimate the build is."""
+        left = self.remaining()
+        if left is None:
+            text = "eta -"
+        elif left > 0 or self._estimate is None:
+            text = f"eta {left:.0f} s"
+        else:
+            text = f"eta ? ({self.clock() - self._at - self._estimate:.0f} s over the estimate)"
+        if abs(self.scale - 1.0) >= 0.1:
+            text += f" (x{self.scale:.1f} from the work done)"
+        return f"{text} ({self.note})" if self.note else text

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from build_kernel import log, process
 from build_kernel.errors import BuildError
+from build_kernel.stages.build.planner import EtaFromLines
 
 # What a compile killed by the kernel's OOM killer leaves in the log, most telling first.
 OOM_PATTERNS = (
@@ -68,36 +69,46 @@ def first_error(output: str) -> str:
 
 
 def _with_progress(cmd: Sequence[str | Path], env: Mapping[str, str], cwd: Path, log_path: Path,
-                   jobs: int, eta: Callable[[str], float | None] | None = None) -> process.Streamed:
+                   jobs: int, eta: EtaFromLines | None = None) -> process.Streamed:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        ProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
+
+    class EtaColumn(ProgressColumn):
+        """Asked on every refresh, not only when ninja prints: a long last compile still counts down."""
+
+        def render(self, task: object) -> Text:
+            assert eta is not None
+            return Text(eta.describe())
 
     tty = log.console.is_terminal
-    # With a profile the ETA is the recorded time of what is left (planner.EtaFromLines); without one,
-    # rich's estimate from the rate so far.
-    remaining = TextColumn("eta {task.fields[eta]}") if eta else TimeRemainingColumn()
+    # With a profile the ETA is the recorded time of what is left, rescaled by the build's own pace
+    # (planner.EtaFromLines); without one, rich's estimate from the rate so far.
+    remaining = EtaColumn() if eta else TimeRemainingColumn()
     with Progress(TextColumn(f"compiling ({jobs} jobs)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   *([] if eta else [TextColumn("eta")]), remaining, console=log.console, transient=True,
                   disable=not tty) as progress:
-        task = progress.add_task("compile", total=None, eta="-")
+        task = progress.add_task("compile", total=None)
         start, last_said = time.monotonic(), [0.0]
 
         def on_line(line: str) -> None:
             m = NINJA_PROGRESS.match(line)
             if m:
                 done, total = int(m.group(1)), int(m.group(2))
-                left = eta(line) if eta else None
-                said = f", eta {left:.0f} s (recorded times)" if left is not None else ""
-                progress.update(task, completed=done, total=total, eta=f"{left:.0f} s" if left is not None else "-")
+                if eta:
+                    eta(line)
+                progress.update(task, completed=done, total=total)
                 now = time.monotonic()
                 if not tty and (now - last_said[0] >= PLAIN_PROGRESS_EVERY_S or done == total):
                     last_said[0] = now
+                    said = f", {eta.describe()} (recorded times)" if eta and eta.remaining() is not None else ""
                     log.info(f"  [{done}/{total}] {now - start:.0f} s{said}")
             elif not tty and line.startswith(("FAILED", "ninja:")):
                 log.info(line.rstrip())
@@ -115,7 +126,7 @@ class Attempts:
 
 def build_with_retries(cmd: Sequence[str | Path], env_for: Callable[[int], Mapping[str, str]], *, cwd: Path,
                        log_path: Path, jobs: int, max_oom_retries: int,
-                       eta: Callable[[str], float | None] | None = None) -> Attempts:
+                       eta: EtaFromLines | None = None) -> Attempts:
     """Run until it succeeds, halving the jobs after each OOM kill; raise BuildError otherwise."""
     attempts = Attempts()
     while True:

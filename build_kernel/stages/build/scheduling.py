@@ -165,5 +165,33 @@ def running(s: Scheduling) -> Iterator[dict[str, str]]:
         log.info(f"{s.governor.stats.summary()} (trace: {s.governor.trace_path})")
 
 
-def eta(tus: list[planner.TU], jobs: int) -> planner.EtaFromLines:
-    return planner.EtaFromLines(tus, jobs)
+def profile_note(plan: Plan) -> str | None:
+    """Whether the recipe's shipped order profile was measured for other archs, another pin or another
+    series than this build (its `# measured-for:` line): its times are then off by a factor."""
+    path = plan.recipe.build.order_profile
+    if not path or not Path(path).is_file():
+        return None
+    measured = planner.measured_for(path)
+    r = plan.recipe
+    differs = [(what, theirs, ours) for what, theirs, ours in (
+        ("archs", measured.get("archs", ""), plan.arch_list),
+        ("commit", measured.get("commit", "")[:12], r.source.commit[:12]),
+        ("series", measured.get("series", ""), f"{r.patches.series}/{r.patches.version}")) if theirs and theirs != ours]
+    if not differs:
+        return None
+    said = ", ".join(f"{theirs}" if what == "archs" else f"{what} {theirs}" for what, theirs, _ in differs)
+    this = ", ".join(f"{ours}" if what == "archs" else f"{what} {ours}" for what, _, ours in differs)
+    return (f"the shipped order profile {Path(path).name} was measured for {said}, this build is for {this}: "
+            "the ETA re-estimates from the work done")
+
+
+def eta(plan: Plan, tus: list[planner.TU], jobs: int) -> planner.EtaFromLines:
+    """The progress bar's ETA; when its times come from a shipped profile measured for another build, the
+    log says so once and the ETA carries a short note."""
+    note = profile_note(plan) if any(t.how == "shipped profile" for t in tus) else None
+    short = ""
+    if note:
+        log.info(note)
+        archs = planner.measured_for(plan.recipe.build.order_profile).get("archs", "")
+        short = f"profile for {archs}" if archs and archs != plan.arch_list else "profile for another pin"
+    return planner.EtaFromLines(tus, jobs, note=short)

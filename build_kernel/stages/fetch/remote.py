@@ -311,6 +311,21 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
     return sha
 
 
+def cached_ref(url: str, ref: str, cache_dir: Path) -> str | None:
+    """The commit a branch or tag resolved to when it was last fetched into the cache (None: never), read
+    without the network and without taking the mirror's lock (a ref update is atomic)."""
+    path = mirror.path_for(cache_dir, url)
+    if not path.is_dir():
+        return None
+    repo = git.Repo(path)
+    try:
+        return mirror.local(repo, "rev-parse", "--verify", "--quiet", f"{FLOATING_REF}{ref}^{{commit}}").strip() or None
+    except git.GitCommandError:
+        return None
+    finally:
+        repo.close()
+
+
 def worktree_key(commit: str, series_digest: str, paths: Sequence[str] = ()) -> str:
     """One tree per commit, series and checked-out paths (a sparse tree is not a whole one)."""
     key = f"{commit[:12]}-{series_digest[:12]}"

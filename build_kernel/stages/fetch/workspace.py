@@ -22,7 +22,8 @@ from build_kernel import atomic
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
-from build_kernel.recipe import Dep
+from build_kernel.recipe import SHA_RE, Dep
+from build_kernel.stages.fetch import pins
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import apply as patches
 
@@ -80,9 +81,15 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
     """Return the patched tree for the plan, making it if it is not cached."""
     r = plan.recipe
     url = fetch.resolve_url(r.source.repo, plan.cache_dir, r.root)
-    mirror, sha = fetch.ensure_commit(url, commit or r.source.commit, plan.cache_dir, offline=offline,
+    ref = commit or r.source.commit
+    floating = commit is None and r.source.allow_floating and not SHA_RE.match(ref)
+    if floating:  # a branch: its recorded commit offline
+        ref = pins.for_fetch(plan, "source", "commit", r.source.repo, url, ref, offline=offline)
+    mirror, sha = fetch.ensure_commit(url, ref, plan.cache_dir, offline=offline,
                                       allow_floating=r.source.allow_floating, paths=r.source.paths,
                                       mirrors=plan.mirrors)
+    if floating and not offline:
+        pins.record(plan, "source", "commit", r.source.repo, r.source.commit, sha)
     dep_dirs = prepare_deps(plan, offline=offline)
     final = plan.cache_dir / "src" / fetch.worktree_key(sha, plan.series.digest, r.source.paths)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -131,8 +138,12 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
             raise FetchError(f"[deps.{dep.name}] path {path} does not exist", hint="fix the path in the recipe")
         return path.resolve()
     url = fetch.resolve_url(dep.repo, plan.cache_dir, plan.recipe.root)
-    mirror, sha = fetch.ensure_commit(url, dep.commit or dep.tag, plan.cache_dir, offline=offline, paths=dep.paths,
+    key = f"deps.{dep.name}"
+    ref = pins.for_fetch(plan, key, "tag", dep.repo, url, dep.tag, offline=offline) if dep.tag else dep.commit
+    mirror, sha = fetch.ensure_commit(url, ref, plan.cache_dir, offline=offline, paths=dep.paths,
                                       mirrors=plan.mirrors, allow_floating=bool(dep.tag), history=False)
+    if dep.tag and not offline:
+        pins.record(plan, key, "tag", dep.repo, dep.tag, sha)
     # A sparse checkout is a different tree: its paths (and submodules) are part of the key.
     shape = "\n".join(dep.paths) + "\0" + "\n".join(dep.submodules)
     scope = "-" + hashlib.sha256(shape.encode()).hexdigest()[:8] if dep.paths or dep.submodules else ""

@@ -70,7 +70,8 @@ def _hunks(text: str) -> list[tuple[str, str, list[tuple[int, int, list[str]]]]]
 
 
 def refresh(plan: Plan, worktree: Path) -> list[str]:
-    """Rewrite each patch's diff from the worktree's commits; keep its header; relock."""
+    """Rewrite each patch's diff from the worktree's commits; keep its header; relock (a changed patch of a
+    pooled series becomes a new pool file; the old one stays while another version uses it)."""
     repo = git.Repo(worktree)
     base = plan.recipe.source.commit
     commits = list(reversed(list(repo.iter_commits(f"{base}..HEAD"))))
@@ -96,7 +97,9 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
         parent = commit.hexsha
     for patch, text in new_texts:
         if _hunks(text) != _hunks(patch.path.read_text()):
-            atomic.write_text(patch.path, text)
+            # Into the version folder, never over patch.path: with a pool that file may be another
+            # version's too. Locking moves it into the pool as a new content.
+            atomic.write_text(series.directory / patch.name, text)
             changed.append(patch.name)
     write_lock(series.directory)
     return changed

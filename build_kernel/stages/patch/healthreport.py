@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group
@@ -13,10 +12,9 @@ from rich.text import Text
 
 from build_kernel import atomic
 from build_kernel.errors import PatchError
+from build_kernel.log import styled
 from build_kernel.stages.patch import apply as patches
-
-if TYPE_CHECKING:  # types only: health imports this module
-    from build_kernel.stages.patch.health import Health, Row
+from build_kernel.stages.patch.healthrows import Health, Row
 
 
 def write(health: Health, path: Path) -> None:
@@ -36,8 +34,8 @@ def labels(names: list[str]) -> list[str]:
     return [str(i + 1) for i in range(len(names))]
 
 
-_SHORT = {patches.APPLIES: "[green]ok[/]", patches.OFFSET: "[yellow]offset[/]",
-          patches.UPSTREAM: "[red]upstream[/]", patches.CONFLICT: "[red]CONFLICT[/]"}
+_SHORT = {patches.APPLIES: styled("ok", "green"), patches.OFFSET: styled("offset", "yellow"),
+          patches.UPSTREAM: styled("upstream", "red"), patches.CONFLICT: styled("CONFLICT", "red")}
 
 
 def render(health: Health, names: list[str]) -> Group:
@@ -52,18 +50,18 @@ def render(health: Health, names: list[str]) -> Group:
     for row in health.rows:
         states = row.states()
         table.add_row(row.commit[:9], row.date, row.version, *(_SHORT.get(states.get(n, ""), "-") for n in names),
-                      "[green]yes[/]" if row.applies else "[red]no[/]")
+                      styled("yes", "green") if row.applies else styled("no", "red"))
     legend = [Text(f"{h}  {n}") for h, n in zip(heads, names, strict=True)]
     summary = f"series applies whole at {health.whole} of {len(health.rows)} commits"
     return Group(table, Text(""), *legend, Text(summary))
 
 
-def _cell(row: Row, name: str) -> str:
+def _cell(row: Row, name: str) -> Text:
     at = next(c for c in row.compared if c.name == name)
     if at.applies:
-        return "[yellow]offset[/]" if any(st.state == patches.OFFSET for st in at.statuses) else "[green]ok[/]"
+        return styled("offset", "yellow") if any(st.state == patches.OFFSET for st in at.statuses) else styled("ok", "green")
     first = next(st for st in at.statuses if st.state not in (patches.APPLIES, patches.OFFSET))
-    return f"[red]{first.name.split('-', 1)[0]} {_WORD.get(first.state, first.state)}[/]"
+    return styled(f"{first.name.split('-', 1)[0]} {_WORD.get(first.state, first.state)}", "red")
 
 
 _WORD = {patches.UPSTREAM: "upstream", patches.CONFLICT: "CONFLICT"}
@@ -77,7 +75,7 @@ def render_compared(health: Health) -> Group:
         table.add_column(heading, no_wrap=True)
     for row in health.rows:
         table.add_row(row.commit[:9], row.date, row.version, *(_cell(row, n) for n in health.series),
-                      ", ".join(row.covered_by) or "[red]none[/]")
+                      ", ".join(row.covered_by) or styled("none", "red"))
     total = len(health.rows)
     lines = [Text(f"{name} applies whole at {sum(name in r.covered_by for r in health.rows)} of {total} commits")
              for name in health.series]

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from build_kernel import log
 from build_kernel.errors import PublishError
+from build_kernel.log import styled
 from build_kernel.stages.publish import install_back as back
 from build_kernel.stages.publish.backends import (
     UPLOAD_TIMEOUT_S,
@@ -88,7 +89,7 @@ def render(result: PublishResult) -> Table:
     table = Table("wheel", "status", "verified", "installed back", "imports",
                   title=f"{t.label} ({t.kind}: {t.redact(t.url)}; install from {t.redact(t.simple_url)})")
     for w in result.wheels:
-        table.add_row(w.wheel, w.status, "yes" if w.verified else "[red]NO (--force)[/]",
+        table.add_row(w.wheel, w.status, "yes" if w.verified else styled("NO (--force)", "red"),
                       f"{w.project}=={w.version}" if w.installed_from else "-",
                       ", ".join(f"{m} {o}" for m, o in w.imports.items()) or "-")
     return table

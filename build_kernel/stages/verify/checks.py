@@ -33,7 +33,7 @@ from build_kernel.stages.verify.report import (
     sha256_of,
     write_record,
 )
-from build_kernel.stages.verify.rules import cover, rule_for, wanted
+from build_kernel.stages.verify.rules import cover, loading, required_missing, rule_for, wanted
 
 # build_kernel's parent: on the probe's path after the wheel, for the GPU checks it ships.
 _TOOL_ROOT = Path(__file__).resolve().parents[3]
@@ -131,15 +131,13 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
         rel = str(so.relative_to(site))
         lib = _library(so, rel, found, spec, archs, report)
         lib.aliases = aliases.get(so, [])
-        if lib.applies and rule_for(rel, spec).fp4 and spec.fp4_sass:
-            _fp4(report, lib, so, spec, archs, tool, env, tmp, workers)
+        rule = rule_for(rel, spec)
+        if lib.applies and rule.fp4 and spec.fp4_sass:  # FP4 of the asked archs whose GPUs load it
+            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers)
         report.libraries.append(lib)
     if not report.libraries:
         report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
-    for rule in (*spec.libraries, *([rule_for(spec.fp4_library, spec)] if spec.fp4_library else [])):
-        if rule.required and not any(lib.rule == rule.glob for lib in report.libraries):
-            report.failures.append(f"no library matching {rule.glob} holds device code"
-                                   + (": the FP4 kernels are missing" if rule.fp4 else ""))
+    report.failures.extend(required_missing(spec, archs, {lib.rule for lib in report.libraries}))
 
 
 def _no_driver(report: Report, wheel: Path) -> None:

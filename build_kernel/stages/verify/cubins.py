@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -147,23 +145,6 @@ def sass_lines(so: Path, tool: str, env: Mapping[str, str]) -> Iterator[str]:
     """`cuobjdump -sass` of every cubin in `so`, line by line: one call per library, streamed,
     because a large library (sgl-kernel's common_ops) disassembles to hundreds of MB of text.
     A library without device code yields nothing."""
-    argv = [tool, "-sass", str(so)]
-    with tempfile.TemporaryFile(mode="w+") as err:  # a file, not a pipe: a full stderr pipe would stall stdout
-        try:
-            proc = subprocess.Popen(argv, env=tool_env(env), stdout=subprocess.PIPE, stderr=err, text=True)
-        except OSError as exc:
-            raise VerifyError(f"cuobjdump -sass {so.name}: cannot run {tool} ({exc.strerror})",
-                              hint="pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm") from None
-        assert proc.stdout is not None
-        try:
-            with proc.stdout:
-                yield from proc.stdout
-        finally:
-            if proc.poll() is None:  # the caller stopped early (an error while parsing): do not leave it running
-                proc.kill()
-            code = proc.wait()
-        err.seek(0)
-        message = err.read()
-    if code and NO_DEVICE_CODE not in message:
-        tail = (message.strip().splitlines() or ["(no output)"])[-1]
-        raise VerifyError(f"cuobjdump -sass {so.name} failed: {tail}", hint="install nvidia-cuda-nvdisasm matching cuobjdump")
+    yield from process.lines([tool, "-sass", so], error=VerifyError, what=f"cuobjdump -sass {so.name}",
+                             fix="install nvidia-cuda-nvdisasm matching cuobjdump", env=tool_env(env),
+                             tolerate=NO_DEVICE_CODE)

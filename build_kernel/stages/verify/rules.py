@@ -36,12 +36,35 @@ def rule_for(path: str, spec: Verify) -> LibraryRule:
     return LibraryRule(glob=DEFAULT, archs=("asked",) if spec.libraries_default == "asked" else ())
 
 
+def loading(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...]:
+    """The asked archs whose GPUs load this library (`not_loaded_on` is by compute capability: a cc 9.0
+    GPU loads sgl-kernel's sm90/ library, whether 9.0 or 9.0a was asked)."""
+    other = {(a.major, a.minor) for a in parse_arch_list(list(rule.not_loaded_on))} if rule.not_loaded_on else set()
+    return tuple(a for a in asked if (a.major, a.minor) not in other)
+
+
 def wanted(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...] | None:
     """The archs this library must cover; None when the rule does not apply to the asked archs."""
     if rule.when_asked and not set(parse_arch_list(list(rule.when_asked))) & set(asked):
         return None
+    loads = loading(rule, asked)
+    if not loads:
+        return None
     own = [a for a in rule.archs if a != "asked"]
-    return (*(asked if "asked" in rule.archs else ()), *(parse_arch_list(own) if own else ()))
+    return (*(loads if "asked" in rule.archs else ()), *(parse_arch_list(own) if own else ()))
+
+
+def required_missing(spec: Verify, asked: tuple[Arch, ...], present: set[str]) -> list[str]:
+    """A failure per required rule that applies to the asked archs and no library with device code
+    matched (`present`: the globs of the rules that did); FP4 is named only where an asked arch that
+    loads the library has FP4."""
+    out = []
+    for rule in (*spec.libraries, *([rule_for(spec.fp4_library, spec)] if spec.fp4_library else [])):
+        if not rule.required or rule.glob in present or wanted(rule, asked) is None:
+            continue
+        fp4 = rule.fp4 and any(a.fp4_capable for a in loading(rule, asked))
+        out.append(f"no library matching {rule.glob} holds device code" + (": the FP4 kernels are missing" if fp4 else ""))
+    return out
 
 
 @dataclass(frozen=True)
