@@ -24,16 +24,19 @@ class PublishStage:
         return f"publish {len(ctx.wheels)} wheel(s)"
 
     def run(self, ctx: Context) -> Done:
+        from build_kernel.plan import recipe_arg
         from build_kernel.stages import publish
 
         p = ctx.plan
         _upstream_tests_gate(ctx, force=self.force)
-        target = publish.resolve_target(self.to, p.recipe.publish, env=ctx.env, install_url=self.install_url,
-                                        recipe_root=p.recipe.root)
+        target = publish.resolve_target(self.to, p.recipe.publish, env=ctx.env, install_url=self.install_url)
         self.target_label = target.label
+        # ctx.build_python is passed uncalled: publish checks the wheels, their verify records and the
+        # target first, and only then builds the recipe's torch environment (minutes) if it is missing.
         result = publish.publish(list(ctx.wheels), target, skip_existing=self.skip_existing, force=self.force,
-                                 import_modules=p.recipe.verify.import_modules, python=ctx.build_python(),
-                                 env=ctx.env, log_path=p.cache_dir / "logs" / f"publish-{p.recipe.name}.log")
+                                 import_modules=p.recipe.verify.import_modules, python=ctx.build_python,
+                                 env=ctx.env, log_path=p.cache_dir / "logs" / f"publish-{p.recipe.name}.log",
+                                 recipe=recipe_arg(p.recipe))
         self.result = result
         return Done("done", result.to_dict())
 
