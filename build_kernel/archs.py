@@ -68,11 +68,18 @@ def parse_arch_list(value: str | list[str]) -> tuple[Arch, ...]:
     """Accept a list or a `;`/`,`/space separated string; keep order, drop duplicates."""
     items = value if isinstance(value, list) else re.split(r"[;,\s]+", value)
     archs: list[Arch] = []
+    bad: list[str] = []  # every bad spelling at once, not just the first
     for item in items:
         if item.strip():
-            arch = parse_arch(item)
+            try:
+                arch = parse_arch(item)
+            except ArchSpellingError as exc:
+                bad.append(str(exc))
+                continue
             if arch not in archs:
                 archs.append(arch)
+    if bad:
+        raise ArchSpellingError("; ".join(bad))
     if not archs:
         raise ArchSpellingError("empty arch list: name at least one arch, e.g. 12.0a")
     return tuple(archs)

@@ -9,6 +9,7 @@ Stage code never reads os.environ itself: it gets this plan.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from build_kernel import mirrors as mirrors_config
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
 from build_kernel.errors import RecipeError
 from build_kernel.recipe import Recipe, check_fp4
-from build_kernel.resources import JobPlan, Resources, plan_jobs, probe
+from build_kernel.resources import JobPlan, Resources, given_jobs, plan_jobs, probe
 from build_kernel.series import Series, load_series
 
 
@@ -127,6 +128,19 @@ class Plan:
         }
 
 
+# CPU architecture names a build system may export as ARCH (Debian, kernel and Yocto builds do).
+_CPU_ARCH = re.compile(r"^(x86_64|x86|amd64|i[3-6]86|aarch64|arm64|arm\w*|ppc64\w*|powerpc\w*|s390x?|riscv\w*|mips\w*|"
+                       r"loongarch\w*|sparc\w*|ia64)$", re.I)
+
+
+def recipe_arg(recipe: Recipe) -> str:
+    """How a hint names the recipe on a command line so that it works as written: its name when it
+    is a shipped recipe (`recipes/NAME.toml`), else its path."""
+    from build_kernel.recipe import recipes_dir
+
+    return recipe.name if recipe.path == recipes_dir() / f"{recipe.name}.toml" else str(recipe.path)
+
+
 def _pick(cli: Any, env: Mapping[str, str], env_key: str, recipe_value: Any) -> tuple[Any, str]:
     if cli is not None:
         return cli, "command line"
@@ -153,7 +167,11 @@ def resolve(
         try:
             archs = parse_arch_list(arch_value)
         except ArchSpellingError as exc:
-            raise RecipeError([f"{arch_source}: arch: {exc}"]) from None
+            # Build systems often export ARCH as the CPU (x86_64, aarch64): say where it came from and how to stop it.
+            cpu = arch_source == "environment ARCH" and _CPU_ARCH.match(str(arch_value).strip())
+            fix = (f" (ARCH={arch_value} names a CPU, as build systems often set it, not a CUDA arch: unset ARCH, or "
+                   "pass --arch 12.0a to override it)" if cpu else "")
+            raise RecipeError([f"{arch_source}: arch: {exc}{fix}"]) from None
         if recipe.build.fp4:
             problems: list[str] = []
             check_fp4(archs, lambda msg: problems.append(f"{arch_source}: arch: {msg} (recipe {recipe.name} sets fp4 = true)"))
@@ -175,7 +193,8 @@ def resolve(
                    else f"e.g. {jobs_source.split()[-1]}=8 or {jobs_source.split()[-1]}=auto" if jobs_source.startswith("environment")
                    else 'e.g. jobs = 8 or jobs = "auto"')
             raise RecipeError([f"{jobs_source}: jobs: {jobs_value} is not a positive number ({fix})"]) from None
-        job_plan = JobPlan(n, f"jobs = {n} (set by {jobs_source})", b.job_memory_gb, jobs_source)
+        job_plan = given_jobs(n, jobs_source, res, job_memory_gb=b.job_memory_gb, nvcc_threads=b.nvcc_threads,
+                              n_archs=len(archs), reserve_gb=b.reserve_gb)
     cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
     output, _ = _pick(output_dir, env, "BUILD_KERNEL_OUTPUT_DIR", None)
     return Plan(

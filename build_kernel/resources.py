@@ -151,6 +151,8 @@ class JobPlan:
     derivation: str
     per_job_gb: float
     source: str  # "auto", "recipe", "environment", "command line"
+    # A count given by hand that this machine cannot hold (more jobs than CPUs, or than memory allows).
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -180,3 +182,21 @@ def plan_jobs(
         f" [{res.cpus_why}]) = {jobs}"
     )
     return JobPlan(jobs, derivation, per_job, "auto")
+
+
+def given_jobs(n: int, source: str, res: Resources, *, job_memory_gb: float, nvcc_threads: int, n_archs: int,
+               reserve_gb: float) -> JobPlan:
+    """A job count set by hand: taken as given, but what it asks beyond this machine is said (a build that
+    OOM-kills resumes with fewer jobs, so it is a warning, not a refusal)."""
+    per_job = job_memory_gb * max(1, min(nvcc_threads, n_archs))
+    usable = res.memory_gb - reserve_gb
+    warnings = []
+    if n > res.cpus:
+        warnings.append(f"jobs = {n} (set by {source}) is more than the {res.cpus} CPUs here [{res.cpus_why}]: "
+                        "the extra jobs only wait and hold memory")
+    if n * per_job > usable:
+        fits = max(1, math.floor(usable / per_job)) if per_job > 0 else n
+        warnings.append(f"jobs = {n} (set by {source}) x {per_job:g} GB a job = {n * per_job:g} GB, above the "
+                        f"{usable:.1f} GB available ({res.memory_gb:.1f} GB [{res.memory_why}] - {reserve_gb:g} GB "
+                        f"reserve): expect OOM kills; {fits} fit, or leave jobs to \"auto\"")
+    return JobPlan(n, f"jobs = {n} (set by {source})", per_job, source, tuple(warnings))

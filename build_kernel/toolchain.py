@@ -180,28 +180,32 @@ def torch_cxx_standard(facts: Facts) -> int | None:
     return 20 if release[:2] >= TORCH_CXX20_FROM else None
 
 
-def _series_with_standard(series: Series, need: int) -> tuple[str, int | str] | None:
-    """The newest sibling version of `series` whose tree builds with C++`need` (or follows torch)."""
+def _series_with_standard(series: Series, need: int, commit: str | None = None) -> tuple[str, int | str] | None:
+    """The newest sibling version of `series` whose tree builds with C++`need` (or follows torch) and,
+    given the recipe's `commit`, whose info.toml lists it: advice must apply to the commit being built."""
     fits: list[tuple[str, int | str]] = []
     for folder in series.directory.parent.iterdir():
         if folder == series.directory or not (folder / "series").is_file():
             continue
         try:
-            have = cxx_standard_of(read_info(folder), folder / "info.toml")
+            info = read_info(folder)
+            have = cxx_standard_of(info, folder / "info.toml")
         except (ValueError, OSError, PatchError):
+            continue
+        if commit is not None and commit not in list(info.get("applies_to_commits") or []):
             continue
         if have == CXX_FROM_TORCH or (isinstance(have, int) and have >= need):
             fits.append((folder.name, have))
     return max(fits, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f[0])], default=None)
 
 
-def cxx_standard_problem(facts: Facts, series: Series) -> str | None:
+def cxx_standard_problem(facts: Facts, series: Series, commit: str | None = None) -> str | None:
     """The series compiles with an older C++ standard than torch's headers require (info.toml
     `cxx_standard`; a series that does not say, or follows torch, is not refused)."""
     need, have = torch_cxx_standard(facts), series.cxx_standard
     if need is None or not isinstance(have, int) or have >= need:
         return None
-    if other := _series_with_standard(series, need):
+    if other := _series_with_standard(series, need, commit):
         how = "sets the standard from torch" if other[1] == CXX_FROM_TORCH else f"builds with C++{other[1]}"
         fix = f'use [patches] version = "{other[0]}" (it {how})'
     else:
@@ -211,7 +215,7 @@ def cxx_standard_problem(facts: Facts, series: Series) -> str | None:
 
 
 def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cuda: str,
-              series: Series | None = None) -> list[str]:
+              series: Series | None = None, commit: str | None = None) -> list[str]:
     """Every reason the build would fail before compiling, each with its fix."""
     problems: list[str] = []
     if not facts.nvcc:
@@ -248,7 +252,7 @@ def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cu
                 problems.append(f"cmake {facts.cmake_version} ({facts.cmake}) does not satisfy {cmake_spec}: pip install 'cmake{cmake_spec}'")
     if not facts.ninja_version:
         problems.append("ninja not found: pip install ninja")
-    if series is not None and (cxx := cxx_standard_problem(facts, series)):
+    if series is not None and (cxx := cxx_standard_problem(facts, series, commit)):
         problems.append(cxx)
     return problems
 

@@ -242,7 +242,8 @@ RECIPE_PROBLEMS = [
     ("dep-commit-short", BASE + f'[deps.extra]\n{DEP}commit = "abc123"\n', 15,
      'deps.extra.commit: must be a full 40-hex SHA (or give tag = "vX.Y.Z")'),
     ("dep-commit-uppercase", BASE + f'[deps.extra]\n{DEP}commit = "{SHA.upper()}"\n', 15,
-     'deps.extra.commit: must be a full 40-hex SHA (or give tag = "vX.Y.Z")'),
+     f"deps.extra.commit: '{SHA.upper()}' is a full SHA in uppercase: write it in lowercase, as git prints it "
+     f"('{SHA}')"),
     ("dep-commit-missing", BASE + f"[deps.extra]\n{DEP}", LINE_NOT_FOUND,
      'deps.extra.commit: must be a full 40-hex SHA (or give tag = "vX.Y.Z")'),
 ]

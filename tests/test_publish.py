@@ -353,9 +353,8 @@ def test_target_resolution_precedence_and_sources(tmp_path: Path) -> None:
     assert (t.url, t.simple_url, t.source) == ("https://user.example/pypi/", "https://user.example/pypi/simple/", str(indexes))
     assert pub.resolve_target("devpi", recipe_publish, env=env, pypirc=pypirc).simple_url.endswith("/team/prod/+simple/")
     static = pub.resolve_target("other", recipe_publish, env=env, pypirc=pypirc)
+    # A recipe's relative folder is relative to where the user is, as --to's (test_publish_order.py).
     assert static.kind == "static" and static.path == (Path.cwd() / "out").resolve()
-    beside = pub.resolve_target("other", recipe_publish, env=env, pypirc=pypirc, recipe_root=tmp_path)
-    assert beside.path == tmp_path / "out"  # a recipe's relative folder is relative to its project
     corp = pub.resolve_target("corp", recipe_publish, env=env, pypirc=pypirc)
     assert (corp.url, corp.pypirc) == ("https://corp.example/", pypirc)
     assert "hunter2-secret" in corp.secrets and corp.redact("x hunter2-secret y") == "x *** y"
@@ -419,7 +418,8 @@ def test_cli_publish_with_a_recipe_to_its_static_folder(project: Path, tmp_path:
         """)
     wheel = make_wheel(tmp_path / "w", "bk-recipe", f"0.3.21{LOCAL}", extra={"bk_recipe/extra.py": "X = 1\n"})
     env = {**clean_env(), "HOME": str(tmp_path), "BUILD_KERNEL_INDEXES": str(tmp_path / "none.toml")}
-    proc = run_cli("--json", "publish", "--recipe", str(recipe_path), str(wheel), env=env)
+    # Run from the project: a relative target is relative to where the user is.
+    proc = run_cli("--json", "publish", "--recipe", str(recipe_path), str(wheel), env=env, cwd=project)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["target"]["url"] == (project / "shelf-dir").as_uri()

@@ -373,7 +373,8 @@ def test_wheel_that_installs_but_does_not_import_is_refused(tmp_path: Path) -> N
     assert str(info.value) == (f"installed back from {target.label}, but import bk_noimport: ImportError: libbk.so: "
                                "cannot open shared object file (the wheel on the index does not work here: fix it and "
                                "publish a new build)")
-    assert (folder / broken.name).is_file()  # it was published: the install-back is what caught it
+    # It was published, the install-back caught it, and it was taken out again: the fleet never sees it.
+    assert not (folder / broken.name).exists()
 
 
 def test_module_answered_by_another_copy_is_refused(tmp_path: Path) -> None:
@@ -599,8 +600,8 @@ def test_static_folder_that_cannot_be_made_is_one_error(tmp_path: Path) -> None:
     target = target_for(str(tmp_path / "a-file" / "static"), tmp_path, env)
     with pytest.raises(PublishError) as info:
         pub.publish([make_wheel(tmp_path / "w", "bk-nofolder", f"0.1.0{LOCAL}")], target, env=env)
-    assert info.value.render() == (f"cannot create the static index folder {tmp_path / 'a-file' / 'static'}: "
-                                   "Not a directory (check the path and its permissions)")
+    assert info.value.render() == (f"cannot publish into {tmp_path / 'a-file' / 'static'}: {tmp_path / 'a-file'} is a "
+                                   "file, not a folder (pass --to a folder path (or set [publish] target to one))")
 
 
 def test_published_files_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:

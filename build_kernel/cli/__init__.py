@@ -37,12 +37,24 @@ def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck:
     opts = ctx.ensure_object(Options)
     if ctx.invoked_subcommand is None:
         if not opts.recipe:
+            if dry_run or force or recheck or gpu_check:
+                # A pipeline flag alone is a mistake, not a request for help (which would exit 0).
+                raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
             click.echo(ctx.get_help())
             return
         from build_kernel import pipeline
 
-        result = pipeline.run(opts.plan(), offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
+        p = opts.plan()
+        result = pipeline.run(p, offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
                               recheck=recheck)
+        if dry_run:
+            from rich.console import Group
+
+            from build_kernel.cli.info import describe_plan
+
+            # What --help promises: the resolved plan (as `plan` prints it), then the stages.
+            emit(opts, result, Group(describe_plan(p)[1], pipeline.render(result)))
+            return
         emit(opts, result, pipeline.render(result))
 
 

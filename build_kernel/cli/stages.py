@@ -81,6 +81,12 @@ def _report_table(report: Report) -> Table:
     for f in report.failures:
         table.add_row(styled("FAIL", "red"), f)
     verdict = styled("passed", "green") if report.passed else styled("failed", "red")
+    if report.passed and not report.checks.get("import", True):
+        # Device code only: a wheel that links another CUDA passed that much, and no more.
+        wrong = [w for w in report.warnings if "it will not load on" in w]
+        verdict = (styled(f"device code passed (--static), but it will not load with this recipe: "
+                          f"{wrong[0].split(';')[0]}", "yellow") if wrong
+                   else styled("device code passed (--static: not imported)", "green"))
     table.add_row("result", verdict + " (recorded earlier; --recheck runs the checks)" if report.from_record else verdict)
     return table
 
@@ -127,7 +133,7 @@ def publish_cmd(opts: Options, wheels: tuple[Path, ...], to: str | None, install
         if not wheels:
             raise click.UsageError("nothing to publish: pass WHEEL… or --recipe NAME")
         # No recipe: this interpreter installs back, and the wheels' own top-level modules are imported.
-        target = publish.resolve_target(to, None, env=opts.env, install_url=install_url, recipe_root=None)
+        target = publish.resolve_target(to, None, env=opts.env, install_url=install_url)
         with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
             result = publish.publish(list(wheels), target, skip_existing=skip_existing, force=force,
                                      import_modules=None, python=sys.executable, env=opts.env, log_path=None)

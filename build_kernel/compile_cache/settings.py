@@ -28,6 +28,8 @@ else:  # pragma: no cover
 TOOLS = ("none", "ccache", "sccache")
 DISTS = ("none", "sccache-dist")
 ENV_TOOL, ENV_URL = "BUILD_KERNEL_COMPILE_CACHE", "BUILD_KERNEL_CACHE_URL"
+# Which of those variables the command line set (`VAR=--option,…`; the CLI writes it): named as such in messages.
+FROM_COMMAND_LINE = "BUILD_KERNEL_FROM_COMMAND_LINE"
 ENV_SCHEDULER, ENV_TOKEN = "BUILD_KERNEL_DIST_SCHEDULER", "BUILD_KERNEL_DIST_TOKEN"
 USER_TABLE = "compile_cache"
 _USER_KEYS = {"tool": str, "url": str, "dist": str, "scheduler": str, "token": str}
@@ -168,9 +170,10 @@ def resolve(recipe_tool: str, recipe_url: str, recipe_dist: str, recipe_schedule
     origin = {**{k: "recipe" for k in values}, "token": "unset"}  # a recipe never holds the token
     for key, value in user.items():
         values[key], origin[key] = value, f"user config {path}"
+    given = dict(item.partition("=")[::2] for item in env.get(FROM_COMMAND_LINE, "").split(",") if item)
     for key, var in (("tool", ENV_TOOL), ("url", ENV_URL), ("scheduler", ENV_SCHEDULER), ("token", ENV_TOKEN)):
         if env.get(var):
-            values[key], origin[key] = env[var], f"environment {var}"
+            values[key], origin[key] = env[var], f"command line {given[var]}" if var in given else f"environment {var}"
     settings = Settings(values["tool"], values["url"], values["dist"], values["scheduler"], values["token"], origin,
                         path if user else None)
     _check(settings)

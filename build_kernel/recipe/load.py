@@ -51,6 +51,10 @@ def _by_name(name: str, folders: Sequence[Path]) -> Path | None:
 
 def _find(name_or_path: str, root: Path, search: Sequence[Path] = ()) -> Path:
     candidate = Path(name_or_path)
+    if candidate.is_dir() and (name_or_path.endswith(".toml") or "/" in name_or_path):
+        inside = sorted(p.name for p in candidate.glob("*.toml"))
+        raise RecipeError([f"{name_or_path}: is a folder, not a recipe file (name one of its recipes: "
+                           f"{', '.join(inside[:5]) + (', …' if inside[5:] else '') if inside else 'it has no .toml'})"])
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         if candidate.is_file():
             return candidate.resolve()
@@ -83,8 +87,8 @@ def _line_of(text: str, table: str, key: str) -> int:
         header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
         if header:
             current = header.group(1)
-            # A table-valued key may be written as its own `[table.key]` header.
-            if current == (f"{table}.{key}" if key else table):
+            # A table-valued key may be written as its own `[table.key]` header (a top-level one, `[key]`).
+            if current == (f"{table}.{key}" if table and key else key or table):
                 return number
             continue
         # `job-memory-gb` is accepted for `job_memory_gb`, so look for either spelling.
@@ -249,8 +253,11 @@ def load(name_or_path: str, root: Path | None = None, search: Sequence[Path] = (
     problems = _Problems()
 
     def where(table: str, key: str) -> str:
-        top = table.split(".")[0]
-        file, text = origins.get(f"{table}.{key.replace('-', '_')}") or origins.get(top, (path, path.read_text()))
+        # The most specific origin known: `deps.NAME.commit` -> `deps.NAME` (the file that wrote that table)
+        # before `deps`, so an inherited key is not blamed on an overlay that only added a sibling table.
+        dotted = f"{table}.{key.replace('-', '_')}" if table else key
+        candidates = [dotted.rsplit(".", n)[0] for n in range(dotted.count(".") + 1)]
+        file, text = next((origins[c] for c in candidates if c in origins), (path, path.read_text()))
         return f"{file}:{_line_of(text, table, key)}"
 
     for key in raw:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from build_kernel.errors import RecipeError
@@ -21,7 +22,15 @@ class _Problems:
 
     def raise_if_any(self) -> None:
         if self.lines:
-            raise RecipeError(self.lines)
+            raise RecipeError(sorted(self.lines, key=self._position))
+
+    def _position(self, line: str) -> tuple[int, int]:
+        """Files in the order they were first named, then line numbers: the order a reader fixes them in."""
+        m = re.match(r"^(.*?):(\d+): ", line)
+        if not m:
+            return (len(self.lines), 0)
+        files = list(dict.fromkeys(re.sub(r":\d+: .*$", "", ln, flags=re.S) for ln in self.lines))
+        return (files.index(m.group(1)) if m.group(1) in files else len(files), int(m.group(2)))
 
 
 def _toml(value: Any) -> str:

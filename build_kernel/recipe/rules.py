@@ -39,6 +39,8 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     if "source.commit" not in refused:
         if not r.source.commit:
             problems.add(where("source", "commit"), "source.commit", "missing (pin a full 40-hex commit SHA)")
+        elif SHA_RE.match(r.source.commit.lower()) and not SHA_RE.match(r.source.commit):
+            problems.add(where("source", "commit"), "source.commit", _uppercase(r.source.commit))
         elif not SHA_RE.match(r.source.commit) and not r.source.allow_floating:
             problems.add(where("source", "commit"), "source.commit",
                          f"{r.source.commit!r} is not a full 40-hex SHA (pin the commit, or set allow_floating = true)")
@@ -94,6 +96,8 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
             problems.add(where(key, ""), key, "give either repo + commit (or tag) or path")
         elif dep.repo and dep.tag and dep.commit:
             problems.add(where(key, "tag"), f"{key}.tag", "give commit or tag, not both")
+        elif dep.repo and not dep.tag and SHA_RE.match(dep.commit.lower()) and not SHA_RE.match(dep.commit):
+            problems.add(where(key, "commit"), f"{key}.commit", _uppercase(dep.commit))
         elif dep.repo and not dep.tag and not SHA_RE.match(dep.commit):
             problems.add(where(key, "commit"), f"{key}.commit", "must be a full 40-hex SHA (or give tag = \"vX.Y.Z\")")
         if dep.paths and dep.path:
@@ -101,6 +105,11 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         for sub in dep.paths:
             if sub.startswith("/") or ".." in sub.split("/") or not sub.strip("/"):
                 problems.add(where(key, "paths"), f"{key}.paths", f"{sub!r} is not a folder inside the repository")
+
+
+def _uppercase(commit: str) -> str:
+    # git prints and compares SHAs in lowercase (the fetched HEAD must equal the pin, character for character).
+    return f"{commit!r} is a full SHA in uppercase: write it in lowercase, as git prints it ({commit.lower()!r})"
 
 
 def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:

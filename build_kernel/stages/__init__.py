@@ -46,11 +46,12 @@ class Context:
         return self.plan.env
 
     def build_python(self) -> str:
-        """The interpreter of the build environment (verify and publish use the same one)."""
+        """The interpreter of the build environment (verify and publish use the same one). In a dry
+        run only its path: a dry run never creates an environment nor installs torch into one."""
         if self.python is None:
             from build_kernel.stages.build import buildenv
 
-            self.python = buildenv.python_for(self.plan)
+            self.python = buildenv.python_for(self.plan, dry_run=self.dry_run)
         return self.python
 
 

@@ -79,7 +79,8 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     """Build (or take from the cache) the wheel for this plan."""
     selected = toolkit.select(plan, python, offline=offline)
     toolchain.require(toolchain.preflight(selected.facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
-                                          want_cuda=plan.recipe.toolchain.cuda, series=plan.series))
+                                          want_cuda=plan.recipe.toolchain.cuda, series=plan.series,
+                                          commit=plan.recipe.source.commit))
     defines = {**toolkit.cmake_defines(selected), **tree.fetchcontent_defines(), **plan.recipe.build.defines}
     key = cache.key(plan, selected.facts, tree, defines, selected.toolkit)
     log_path = plan.cache_dir / "logs" / f"{plan.recipe.name}-{key}.log"
@@ -191,6 +192,8 @@ class BuildStage:
             raise BuildError("no source tree to build", hint="run the fetch stage first")
         python = ctx.build_python()
         log.info(ctx.plan.jobs.derivation)
+        for warning in ctx.plan.jobs.warnings:
+            log.warn(warning)
         result = build(ctx.plan, ctx.tree, python, force=ctx.force, offline=ctx.offline)
         ctx.build, ctx.wheels = result, [result.wheel]
         return Done("cached" if result.cached else "done", result.to_dict())

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
 import shutil
 import sys
 import venv
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from filelock import FileLock
 
@@ -33,6 +37,39 @@ def env_key(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# pip's own words when an index cannot be reached; pip goes on without that index and then reports what it
+# could not find (or, under a constraint, ResolutionImpossible): the first is the cause, the last a symptom.
+_NETWORK = re.compile(r"(?:Failed to establish a new connection: \[Errno -?\d+\] ([^'\")]+)|"
+                      r"(Temporary failure in name resolution|Name or service not known|Connection refused|"
+                      r"Network is unreachable|Read timed out|certificate verify failed|ProxyError[^'\")]*))"
+                      r"[^\n]*?(?:\)'?\)?:\s*(/\S*))?$", re.M)
+
+
+def network_cause(output: str, torch_index: str) -> str | None:
+    """The first index pip could not reach, named by the recipe's torch_index when the failed path is under it."""
+    found = [((m.group(1) or m.group(2)).strip(), m.group(3) or "") for m in _NETWORK.finditer(output)]
+    if not found:
+        return None
+    index_path = urlsplit(torch_index).path.rstrip("/") + "/" if torch_index else None
+    torch_hits = [(reason, failed) for reason, failed in found if index_path and failed.startswith(index_path)]
+    if torch_hits:
+        return f"pip could not reach the torch index {torch_index}: {torch_hits[0][0]}"
+    reason, failed = found[0]
+    return f"pip could not reach a package index{f' ({failed})' if failed else ''}: {reason}"
+
+
+def _install_failure(argv: list[str], code: int, output: str, torch: str, torch_index: str,
+                     log: Path) -> ToolchainError:
+    if cause := network_cause(output, torch_index):
+        return ToolchainError(f"installing torch {torch}: {cause}; full log: {log}",
+                              hint="check the network, the proxy and pip's configuration (`pip config list`), or set "
+                                   "[toolchain] torch_index to a mirror you can reach")
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return ToolchainError(f"installing torch {torch}: `{shlex.join(argv)}` exited {code}: "
+                          f"{lines[-1] if lines else '(no output)'}; full log: {log}",
+                          hint="check [toolchain] torch / torch_index, or set torch = \"existing\"")
+
+
 def python_for(plan: Plan, *, dry_run: bool = False) -> str:
     """The interpreter to build with: this one (`torch = "existing"`) or a cached venv."""
     t = plan.recipe.toolchain
@@ -51,10 +88,16 @@ def python_for(plan: Plan, *, dry_run: bool = False) -> str:
             constraint = root / "constraints.txt"
             constraint.write_text(f"torch=={t.torch}\n")
             index = ["--extra-index-url", t.torch_index] if t.torch_index else []
+            log_path = root.parent / f"{root.name}.log"
             try:
-                run([python, "-m", "pip", "install", "--quiet", f"torch=={t.torch}", *BUILD_REQUIREMENTS, *t.build_requires,
-                     "-c", constraint, *index], error=ToolchainError, what=f"installing torch {t.torch}",
-                    fix="check [toolchain] torch / torch_index, or set torch = \"existing\"", log=root.parent / f"{root.name}.log")
+                proc = run([python, "-m", "pip", "install", "--quiet", f"torch=={t.torch}", *BUILD_REQUIREMENTS,
+                            *t.build_requires,
+                            "-c", constraint, *index], error=ToolchainError, what=f"installing torch {t.torch}",
+                           fix="check [toolchain] torch / torch_index, or set torch = \"existing\"", log=log_path,
+                           check=False)
+                if proc.returncode != 0:
+                    raise _install_failure([str(a) for a in proc.args], proc.returncode, proc.stderr + proc.stdout,
+                                           t.torch, t.torch_index, log_path)
             except ToolchainError:
                 shutil.rmtree(root, ignore_errors=True)
                 raise

@@ -170,10 +170,14 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
     rw = (mirrors or Mirrors()).rewrite(url)
     path = mirror.path_for(cache_dir, url)
-    path.parent.mkdir(parents=True, exist_ok=True)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
         raise FetchError(f"{commit!r} is not a full commit SHA", hint="pin a 40-hex SHA, or set allow_floating = true in [source]")
+    if offline and not path.exists():
+        # Said before the lock file and its folder are made: an offline run (a dry run's) leaves the cache as it was.
+        raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
+                         hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         created = not path.exists()
         if created:
@@ -268,6 +272,27 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
                                   "uploadpack.allowAnySHA1InWant)") from None
 
 
+# git's words for a repository it could not reach or read at all (the URL or mirror is wrong, not the ref).
+_UNREACHABLE = ("does not appear to be a git repository", "repository not found", "could not read from remote",
+                "could not resolve host", "unable to access", "no such file or directory", "connection refused",
+                "not found")
+
+
+def _floating_error(ref: str, where: str, said: str) -> FetchError:
+    """Why a branch/tag could not be fetched, pointing at what to fix: an abbreviated SHA (a server fetches
+    commits by full SHA only), the repository or mirror itself, else the ref."""
+    if re.fullmatch(r"[0-9a-fA-F]{7,39}", ref):
+        return FetchError(f"{ref!r} looks like an abbreviated commit SHA, and {where} fetches commits by their full "
+                          f"SHA only: {said}", hint="pin the full 40-hex SHA (`git rev-parse " + ref + "` in a clone "
+                          "prints it), and drop allow_floating")
+    if any(s in said.lower() for s in _UNREACHABLE) and "remote ref" not in said.lower():
+        fix = ("fix or create the mirror, or remove its [mirrors] entry" if where.startswith("mirror ")
+               else "check [source] repo / [deps.NAME] repo, your network and the [mirrors] table of the user config")
+        return FetchError(f"cannot read {where}: {said}", hint=fix)
+    return FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {said}",
+                      hint="check the ref")
+
+
 def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool) -> str:
     """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref
@@ -275,8 +300,7 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
         try:
             _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}")
         except git.GitCommandError as exc:
-            raise FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {_git_error(exc)}",
-                             hint="check the ref") from None
+            raise _floating_error(ref, where, _git_error(exc)) from None
     # An annotated tag names a tag object: the commit it points at is what gets checked out.
     sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
     if sha:

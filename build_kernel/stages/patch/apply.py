@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
 
 from build_kernel import process
 from build_kernel.errors import PatchError
@@ -32,6 +33,16 @@ class PatchStatus:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def read_diff(path: Path, text: str | None = None) -> PatchSet:
+    """The patch's diff, parsed; a malformed one is the patch stage's one-line error naming the file."""
+    try:
+        return PatchSet(path.read_text(errors="replace") if text is None else text)
+    except UnidiffParseError as exc:
+        raise PatchError(f"{path.name} is not a valid unified diff: {exc}",
+                         hint=f"regenerate it (git diff, or build-kernel patch refresh) and relock: build-kernel "
+                              f"patch lock {path.parent}") from None
 
 
 def _git(tree: Path, *args: str, env: Mapping[str, str] | None = None, index: str | None = None,
@@ -84,7 +95,7 @@ def _conflict_detail(tree: Path, patch: PatchFile, subdir: str, index: str, stde
     failed_path = m.group(1)
     rel = failed_path[len(subdir) + 1:] if subdir and failed_path.startswith(subdir + "/") else failed_path
     content = _git(tree, "show", f":{failed_path}", env=env, index=index).stdout.splitlines()
-    for pfile in PatchSet(patch.path.read_text(errors="replace")):
+    for pfile in read_diff(patch.path):
         if pfile.path != rel:
             continue
         for number, hunk in enumerate(pfile, 1):
@@ -120,7 +131,7 @@ def check_series(tree: Path, series: Series, subdir: str = "", *, env: Mapping[s
         index = str(Path(tmp) / "index")
         _git(tree, "read-tree", "HEAD", env=env, index=index, check=True)
         for patch in series.patches:
-            files = tuple(f.path for f in PatchSet(patch.path.read_text(errors="replace")))
+            files = tuple(f.path for f in read_diff(patch.path))
             forward = _git(tree, *_apply_args(patch, subdir)[:-1], "--cached", "--check", str(patch.path), env=env,
                            index=index)
             if forward.returncode == 0:

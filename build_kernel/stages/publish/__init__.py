@@ -9,13 +9,16 @@ bytes must be the ones published, and its modules must import.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 from rich.table import Table
 
 from build_kernel import log
@@ -35,9 +38,26 @@ from build_kernel.stages.publish.targets import INDEXES_ENV, Target, default_ind
 from build_kernel.stages.verify.report import require_verified
 
 __all__ = [
-    "INDEXES_ENV", "INSTALL_TIMEOUT_S", "UPLOAD_TIMEOUT_S", "Backend", "PublishResult", "Published", "StaticDirBackend",
-    "Target", "TwineBackend", "classify_upload_failure", "credential_env_names", "default_indexes_file",
-    "load_indexes", "publish", "redact", "render", "resolve_target", "wheel_modules",
+    "INDEXES_ENV",
+    "INSTALL_TIMEOUT_S",
+    "UPLOAD_TIMEOUT_S",
+    "Backend",
+    "PublishResult",
+    "Published",
+    "StaticDirBackend",
+    "Target",
+    "TwineBackend",
+    "check",
+    "check_target",
+    "classify_upload_failure",
+    "credential_env_names",
+    "default_indexes_file",
+    "load_indexes",
+    "publish",
+    "redact",
+    "render",
+    "resolve_target",
+    "wheel_modules",
 ]
 
 
@@ -92,8 +112,57 @@ def _wheel_identity(wheel: Path) -> tuple[str, str]:
     return str(canonicalize_name(name)), str(version)
 
 
-def _check(wheels: Sequence[Path], target: Target, *, force: bool) -> list[_Checked]:
-    """Every wheel exists, is named like one, and is verified (or --force, loudly): before any upload."""
+def _archive_problem(wheel: Path, project: str, version: str) -> str | None:
+    """Why `wheel` is not a wheel pip could install (None when it is one): checked even under --force,
+    which overrides verification, never the file format; nothing broken may reach an index."""
+    if not zipfile.is_zipfile(wheel):
+        return "not a zip archive"
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            bad = zf.testzip()
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"unreadable zip archive ({exc})"
+    if bad is not None:
+        return f"corrupt member {bad}"
+    metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if not metadata:
+        return "no .dist-info/METADATA"
+    stem = metadata[0].split("/")[0][: -len(".dist-info")]
+    got, _, got_version = stem.rpartition("-")
+    try:
+        same = canonicalize_name(got) == project and Version(got_version) == Version(version)
+    except InvalidVersion:
+        same = False
+    return None if same else f"its dist-info is {stem}, not {project} {version}"
+
+
+def _built_by(wheel: Path) -> str | None:
+    """The shipped recipe that built `wheel` (its provenance names it), for a hint `verify` can run as written."""
+    from build_kernel.recipe import list_recipes
+    from build_kernel.stages.verify import wheel_provenance
+
+    name = (wheel_provenance(wheel) or {}).get("recipe")
+    return name if isinstance(name, str) and name in list_recipes() else None
+
+
+def check_target(target: Target) -> None:
+    """A static folder must be (or become) a writable folder: said before anything is built or copied."""
+    if target.kind != "static":
+        return
+    folder = target.path
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise target.fail(f"cannot publish into {folder}: {existing} is a file, not a folder",
+                          "pass --to a folder path (or set [publish] target to one)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise target.fail(f"cannot publish into {folder}: {existing} is not writable",
+                          "fix its permissions, or pass --to a folder you can write")
+
+
+def check(wheels: Sequence[Path], target: Target, *, force: bool, recipe: str | None = None) -> list[_Checked]:
+    """Every wheel exists, is a wheel, and is verified (or --force, loudly), and the target can take
+    it: the cheap checks, before any environment is built and any upload. `recipe`: for hints."""
     if not wheels:
         raise PublishError("no wheel to publish", hint="pass WHEEL… or --recipe NAME after a build")
     checked = []
@@ -101,12 +170,28 @@ def _check(wheels: Sequence[Path], target: Target, *, force: bool) -> list[_Chec
         if not wheel.is_file():
             raise PublishError(f"{wheel}: no such wheel", hint="build it first, or fix the path")
         project, version = _wheel_identity(wheel)
-        verified = bool(require_verified(wheel, force=force))
+        if problem := _archive_problem(wheel, project, version):
+            raise PublishError(f"{wheel}: not a wheel: {problem}",
+                               hint="publish the .whl that build produced (--force overrides verification, never this)")
+        verified = bool(require_verified(wheel, force=force, recipe=recipe or _built_by(wheel)))
         if not verified:
             log.warn(f"PUBLISHING AN UNVERIFIED WHEEL: {wheel.name} goes to {target.label} without a passing "
                      f"verification record; the fleet will install it as if it were good")
         checked.append(_Checked(wheel, project, version, hashlib.sha256(wheel.read_bytes()).hexdigest(), verified))
+    check_target(target)
     return checked
+
+
+def _withdraw(backend: Backend, wheel: Path, status: str) -> None:
+    """A wheel whose round trip failed is taken out of a static folder again (pages as before): the
+    fleet must not install what was never proven to install. An upload index cannot be undone here,
+    so the user is told to yank it. (A warning: the error itself stays the install-back's one line.)"""
+    label = backend.target.label
+    if status == "copied" and isinstance(backend, StaticDirBackend):
+        backend.remove(wheel.name)
+        log.warn(f"{wheel.name} did not install back: removed from {label} again")
+    elif status == "uploaded":
+        log.warn(f"{wheel.name} did not install back but stays on {label}: yank or delete it there")
 
 
 def publish(
@@ -116,17 +201,21 @@ def publish(
     skip_existing: bool = False,
     force: bool = False,
     import_modules: Sequence[str] | None = None,
-    python: str = sys.executable,
+    python: str | Callable[[], str] = sys.executable,
     env: Mapping[str, str],
     log_path: Path | None = None,
+    recipe: str | None = None,
 ) -> PublishResult:
     """Publish every wheel (all refused unless verified), then install each back and import it.
 
     `import_modules`: the recipe's [verify] import_modules; None takes them from each wheel.
-    `python`: the interpreter that installs back and imports (the build env's, with its torch); twine
-    runs in this tool's own environment (the build env has no twine).
+    `python`: the interpreter that installs back and imports (the build env's, with its torch), or
+    what makes it: called only once the cheap checks passed (building a torch environment takes
+    minutes). twine runs in this tool's own environment (the build env has no twine).
+    `recipe`: how hints name the recipe (`--recipe` of the command).
     """
-    checked = _check(wheels, target, force=force)
+    checked = check(wheels, target, force=force, recipe=recipe)
+    python = python if isinstance(python, str) else python()
     backend: Backend = (StaticDirBackend(target) if target.kind == "static"
                         else TwineBackend(target, python=sys.executable, env=env, log_path=log_path))
     done: list[Published] = []
@@ -137,8 +226,12 @@ def publish(
         else:
             log.info(target.redact(f"{c.wheel.name} -> {target.label} ({status})"))
         modules = list(import_modules) if import_modules is not None else wheel_modules(c.wheel)
-        fetched, imports = back.install_back(target, c.project, c.version, modules=modules, python=python, env=env,
-                                             log_path=log_path)
+        try:
+            fetched, imports = back.install_back(target, c.project, c.version, modules=modules, python=python,
+                                                 env=env, log_path=log_path)
+        except PublishError:
+            _withdraw(backend, c.wheel, status)
+            raise
         if fetched is not None and fetched != c.sha256:
             why = "it was skipped as already there, but " if status == "skipped" else ""
             raise target.fail(f"{why}{target.label} serves other bytes for {c.project} {c.version} than "

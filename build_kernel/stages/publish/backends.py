@@ -11,9 +11,12 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from build_kernel import atomic, process, static_index
 from build_kernel.errors import BuildKernelError, PublishError
@@ -190,6 +193,18 @@ class StaticDirBackend:
                              "bump the build or pass --skip-existing")
             self._add(wheel, dest, created=created)
         return "copied"
+
+    def remove(self, name: str) -> None:
+        """Take a wheel this run copied in out again (it did not install back) and regenerate the pages."""
+        root = self.target.path
+        project = str(canonicalize_name(parse_wheel_filename(name)[0]))
+        with _dir_lock(root):
+            (root / name).unlink(missing_ok=True)
+            if not any(str(canonicalize_name(parse_wheel_filename(w.name)[0])) == project for w in root.glob("*.whl")):
+                shutil.rmtree(root / "simple" / project, ignore_errors=True)  # regenerate keeps no empty page
+            static_index.regenerate(root)
+            for page in (root / "simple").rglob("index.html"):
+                page.chmod(0o644)
 
     def _add(self, wheel: Path, dest: Path, *, created: bool) -> None:
         """Copy the wheel in and regenerate the pages; on any failure the folder is as it was."""

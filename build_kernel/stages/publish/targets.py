@@ -168,8 +168,7 @@ def _check_no_stray_at(entry: _Entry) -> None:
                            "environment (BUILD_KERNEL_INDEX_<NAME>_PASSWORD or TWINE_PASSWORD)")
 
 
-def _locate(entry: _Entry, url: str, *, install_url: str | None, recipe_root: Path | None,
-            secrets: list[str]) -> tuple[str, str, str]:
+def _locate(entry: _Entry, url: str, *, install_url: str | None, secrets: list[str]) -> tuple[str, str, str]:
     """(kind, url, simple URL): an upload index, or a static folder as an absolute `file://` URL."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
@@ -177,9 +176,9 @@ def _locate(entry: _Entry, url: str, *, install_url: str | None, recipe_root: Pa
     if parts.scheme not in ("file", ""):
         raise PublishError(f"{redact(entry.values['url'], secrets)}: unsupported scheme {parts.scheme!r}",
                            hint="use http(s)://, file:// or a folder path")
+    # Relative to where the user is, whoever named it (the command line or a recipe): a recipe may be an
+    # overlay anywhere (`extends = "/…/recipes/x.toml"`), so its "project" is no place a user would guess.
     folder = Path(unquote(parts.path) if parts.scheme == "file" else url).expanduser()
-    if entry.source.startswith("recipe") and recipe_root is not None and not folder.is_absolute():
-        folder = recipe_root / folder
     url = folder.resolve().as_uri()
     return "static", url, install_url or entry.values.get("simple") or f"{url}/simple/"
 
@@ -192,12 +191,10 @@ def resolve_target(
     indexes_file: Path | None = None,
     pypirc: Path | None = None,
     install_url: str | None = None,
-    recipe_root: Path | None = None,
 ) -> Target:
     """The one place that reads the environment: name/URL/path -> Target with credentials.
 
-    A relative folder resolves against `recipe_root` when the recipe named it, else the
-    current directory.
+    A relative folder resolves against the current directory (given on the command line or in a recipe).
     """
     publish = publish or Publish()
     chosen = to or publish.target
@@ -210,7 +207,7 @@ def resolve_target(
     url, url_user, url_password = credentials.strip_userinfo(entry.values["url"])
     secrets = [s for s in (url_password, env.get("TWINE_PASSWORD")) if s]
     secrets += credentials.pypirc_secrets(pypirc)
-    kind, url, simple = _locate(entry, url, install_url=install_url, recipe_root=recipe_root, secrets=secrets)
+    kind, url, simple = _locate(entry, url, install_url=install_url, secrets=secrets)
     simple, simple_user, simple_password = credentials.strip_userinfo(simple)
     secrets += [s for s in (simple_password,) if s]
     creds = credentials.choose(entry.name, env, username=entry.values.get("username") or url_user or simple_user,

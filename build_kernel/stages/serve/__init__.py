@@ -60,11 +60,16 @@ class ServeStage:
 
     def run(self, ctx: Context) -> Done:
         from build_kernel.errors import ServeError
+        from build_kernel.plan import recipe_arg
         from build_kernel.stages.serve import command, environment, install
 
         if not ctx.wheels:
             raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
         wheel, python = ctx.wheels[0], ctx.build_python()
+        if not Path(python).exists():  # only in a dry run: otherwise build_python() made it
+            raise ServeError(f"the build environment for torch {ctx.plan.recipe.toolchain.torch} is not made yet "
+                             f"({python}); a dry run creates nothing",
+                             hint=f"build the wheel first: build-kernel build --recipe {recipe_arg(ctx.plan.recipe)}")
         if self.install:
             served = install.install(ctx.plan, python, wheel, flags_only=self.flags_only, offline=ctx.offline,
                                      folder=self.wheelhouse)

@@ -29,7 +29,7 @@ from filelock import FileLock
 from build_kernel import log, process, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import ServeError
-from build_kernel.plan import Plan
+from build_kernel.plan import Plan, recipe_arg
 
 CHILD = Path(__file__).with_name("jit_child.py")
 CACHE_VAR = "TVM_FFI_CACHE_DIR"
@@ -102,22 +102,22 @@ def _preflight(env: Mapping[str, str]) -> None:
                          hint="pip install ninja into the serve environment")
 
 
-def _child(python: str, mode: str, spec: dict[str, Any], env: Mapping[str, str], *, what: str, log_path: Path,
-           timeout: float) -> Any:
+def _child(python: str, mode: str, spec: dict[str, Any], env: Mapping[str, str], *, what: str,
+           log_path: Path | None, timeout: float) -> Any:
     proc = process.run([python, CHILD, mode, json.dumps(spec)], error=ServeError, what=what, env=env, log=log_path,
                        timeout=timeout, check=False)
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(_MARK)), None)
     if line is None:
         tail = ([ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()] or ["(no output)"])[-1]
         raise ServeError(f"{what}: {python} exited {proc.returncode} without an answer: {tail}",
-                         hint=f"see {log_path}")
+                         hint=f"see {log_path}" if log_path else "run it without --dry-run to keep a log")
     data = json.loads(line[len(_MARK):])
     if "error" in data:
-        raise ServeError(f"{what}: {data['detail']}", hint=_FIX.get(data["error"], f"see {log_path}"))
+        raise ServeError(f"{what}: {data['detail']}", hint=_FIX.get(data["error"], f"see {log_path or 'its output'}"))
     return data["ok"]
 
 
-def items(plan: Plan, python: str, env: Mapping[str, str], log_path: Path) -> list[Item]:
+def items(plan: Plan, python: str, env: Mapping[str, str], log_path: Path | None) -> list[Item]:
     """Every (builder, arch) the recipe asks, found by the serve interpreter; every bad entry named at once."""
     found = _child(python, "list", {"entries": list(plan.recipe.serve.jit_prewarm)}, env, log_path=log_path,
                    what="finding the [serve] jit_prewarm builders", timeout=600)
@@ -163,7 +163,15 @@ def prewarm(plan: Plan, python: str, env: Mapping[str, str], *, dry_run: bool = 
     result: dict[str, Any] = {"cache": str(cache), "env": jit, "dry_run": dry_run, "modules": []}
     if not dry_run:
         _preflight(full)
-    todo = items(plan, python, full, log_path)
+    elif not Path(python).exists():
+        # Which builders an entry has only the serve interpreter knows; a dry run makes none.
+        result["items"] = [asdict(Item(e, "", a.torch)) for a in archs(plan) for e in plan.recipe.serve.jit_prewarm]
+        result["notes"] = [f"the serve interpreter {python} is not made yet (a dry run creates nothing): "
+                           f"`build-kernel serve --install --recipe {recipe_arg(plan.recipe)}` makes it; then the dry run "
+                           "names each builder"]
+        return result
+    # A dry run writes no log: the cache may be read-only, and it must stay as it was.
+    todo = items(plan, python, full, None if dry_run else log_path)
     result["items"] = [asdict(i) for i in todo]
     if dry_run:
         for i in todo:

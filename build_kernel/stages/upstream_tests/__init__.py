@@ -110,12 +110,13 @@ def run_tests(plan: Plan, tree: Tree, wheel: Path, build_python: str, *, offline
     }
     if dry_run:
         return {**record, "dry_run": True}
-    python = environment.prepare(plan, build_python, wheel, offline=offline, folder=folder)
     env = {**serve_env.server_env(plan), "PYTHONDONTWRITEBYTECODE": "1", **tests.env}
-    found = gpu(python, env)
+    # Asked of the build environment's torch (the test environment's own), before anything is installed.
+    found = gpu(build_python, env) if tests.gpu else {"available": None}
     if problem := gpu_problem(plan, found):
         raise TestError(problem)
     record["gpu"] = found
+    python = environment.prepare(plan, build_python, wheel, offline=offline, folder=folder)
     run = plan.cache_dir / "tests" / f"run-{record['wheel_sha256'][:12]}"
     staged = collect.stage(tree.project, tests.paths, run / "src")
     started = dt.datetime.now(dt.timezone.utc)
@@ -152,7 +153,8 @@ def summary(results: Sequence[runner.FileResult], verdicts: Sequence[verdict.Ver
     for r in results:
         by_status[r.status] = by_status.get(r.status, 0) + 1
     return {"files": len(results), "by_status": by_status, "red": [v.file for v in verdicts if v.red],
-            "passed_tests": sum(r.passed for r in results), "failed_tests": sum(len(r.failed) for r in results),
+            "passed_tests": sum(r.passed for r in results),
+            "failed_tests": sum(len(r.failed) for r in results if r.status != "uncollectable"),
             "skipped_tests": sum(len(r.skipped) for r in results),
             "expected": sum(len(v.expected) for v in verdicts),
             "unexplained_skips": sum(len(v.unexplained_skips) for v in verdicts)}

@@ -85,10 +85,12 @@ def _from_log(text: str, result: FileResult) -> None:
 
 
 def _why(text: str) -> tuple[str | None, str | None]:
-    """The missing module of a collection error, and the line that says what went wrong."""
+    """The missing module of a collection error, and the last error line pytest printed (the cause is
+    printed last: `The above exception was the direct cause of the following exception`)."""
     missing = _MISSING.search(text)
-    line = next((ln.strip() for ln in text.splitlines() if re.match(r"^E\s+\w+(Error|Exception)", ln.strip())), None)
-    return (missing.group(1) if missing else None), (line[1:].strip() if line else None)
+    errors = [ln.strip()[1:].strip() for ln in text.splitlines()
+              if re.match(r"^E\s+[\w.]+(Error|Exception)\b", ln.strip())]
+    return (missing.group(1) if missing else None), (errors[-1] if errors else None)
 
 
 def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str], timeout_s: float) -> FileResult:

@@ -142,8 +142,9 @@ def reusable(wheel: Path, digest: str) -> Report | None:
     return report
 
 
-def require_verified(wheel: Path, *, force: bool = False) -> dict[str, object]:
-    """Refuse a wheel without a passing record for exactly these bytes."""
+def require_verified(wheel: Path, *, force: bool = False, recipe: str | None = None) -> dict[str, object]:
+    """Refuse a wheel without a passing record for exactly these bytes. `recipe`: how to name the
+    recipe on a command line (`verify` needs one), so that the hint works as written."""
     data = read_record(wheel)
     problem = None
     if data is None:
@@ -159,5 +160,7 @@ def require_verified(wheel: Path, *, force: bool = False) -> dict[str, object]:
     if force:
         log.warn(f"{problem}: going on because of --force")
         return {}
-    raise VerifyError(problem, hint=f"run `build-kernel verify {wheel}` without --static (or pass --force to override)"
-                      if "statically" in problem else f"run `build-kernel verify {wheel}` (or pass --force to override)")
+    command = f"build-kernel verify {wheel} --recipe {recipe or 'NAME'}"
+    which = "" if recipe else ", NAME the recipe it was built with"
+    raise VerifyError(problem, hint=f"run `{command}` without --static{which} (or pass --force to override)"
+                      if "statically" in problem else f"run `{command}`{which} (or pass --force to override)")
