@@ -59,6 +59,25 @@ def test_flash_attn_recipe_plans_offline_and_forced() -> None:
     assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "wheels")
 
 
+def test_flash_attn_stack_stops_at_the_toolkit_before_installing_torch(project: Path, tmp_path: Path) -> None:
+    """flash-attn's recipe on this host (its source swapped for the miniature: no GitHub here): CUDA 12.8 from
+    PyPI wheels is refused in one line (exit 3) before the build environment (torch 2.9.1, GBs) is made."""
+    write_recipe(project, "fa", f"""
+        extends = "{REPO_ROOT / 'recipes/flash-attn-2.8.3.toml'}"
+        [source]
+        repo = "example:minicppext"
+        commit = "806180d731961fa7ee126d761559c41473c88b66"
+        sparse_paths = []
+        submodules = []
+    """)
+    cache_dir = tmp_path / "cache"
+    out = run_cli("build", "--recipe", str(project / "recipes/fa.toml"), "--arch", "9.0",
+                  env={"BUILD_KERNEL_CACHE_DIR": str(cache_dir), "BUILD_KERNEL_OUTPUT_DIR": str(tmp_path / "out")})
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "no PyPI toolkit for CUDA 12.8" in out.stderr and "no nvcc, cicc or cudafe++" in out.stderr
+    assert not (cache_dir / "envs").exists()
+
+
 def test_cmake_only_keys_are_refused_for_setuptools(project: Path) -> None:
     write_series(project, "s", "v1", {})
     write_recipe(project, "r", """

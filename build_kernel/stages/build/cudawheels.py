@@ -102,6 +102,21 @@ def toolkit_dir(cache_dir: Path, cuda: str) -> Path:
     return Path(cache_dir) / "toolkits" / f"cuda-{major}.{minor}-{platform.machine()}"
 
 
+def require_wheels_for(cuda: str) -> None:
+    """Refuse at once a CUDA release PyPI has no compiler wheels for (before any environment is made)."""
+    major, minor = major_minor(cuda)
+    mm = f"{major}.{minor}"
+    if major < FIRST_MAJOR:
+        # Seen 2026-12-03: nvidia-cuda-nvcc-cu12 12.8.93 holds bin/ptxas, nvvm/lib64/libnvvm.so, libdevice and
+        # the crt headers only: no nvcc driver, cicc, cudafe++, fatbinary or nvlink, so nothing compiles a .cu.
+        raise ToolchainError(
+            f"no PyPI toolkit for CUDA {mm}: the CUDA {major} wheels (nvidia-cuda-nvcc-cu{major}) hold ptxas and "
+            f"libnvvm but no nvcc, cicc or cudafe++; the nvidia-cuda-nvcc wheels are a whole compiler from CUDA "
+            f"{FIRST_MAJOR}.0 on",
+            hint=f'install the CUDA {mm} toolkit (e.g. /usr/local/cuda-{mm}) and set [toolchain] cuda_source = '
+                 f'"system" in an overlay recipe (extends = ...), with its nvcc first on PATH or CUDA_HOME')
+
+
 def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, env: Mapping[str, str],
                    offline: bool = False) -> Toolkit:
     """The cached toolkit for CUDA `cuda` (major.minor), installed from PyPI when missing.
@@ -114,15 +129,7 @@ def ensure_toolkit(cache_dir: Path, cuda: str, *, python: str, env: Mapping[str,
     """
     major, minor = major_minor(cuda)
     mm = f"{major}.{minor}"
-    if major < FIRST_MAJOR:
-        # Seen 2026-12-03: nvidia-cuda-nvcc-cu12 12.8.93 holds bin/ptxas, nvvm/lib64/libnvvm.so, libdevice and
-        # the crt headers only: no nvcc driver, cicc, cudafe++, fatbinary or nvlink, so nothing compiles a .cu.
-        raise ToolchainError(
-            f"no PyPI toolkit for CUDA {mm}: the CUDA {major} wheels (nvidia-cuda-nvcc-cu{major}) hold ptxas and "
-            f"libnvvm but no nvcc, cicc or cudafe++; the nvidia-cuda-nvcc wheels are a whole compiler from CUDA "
-            f"{FIRST_MAJOR}.0 on",
-            hint=f'install the CUDA {mm} toolkit (e.g. /usr/local/cuda-{mm}) and set [toolchain] cuda_source = '
-                 f'"system" in an overlay recipe (extends = ...), with its nvcc first on PATH or CUDA_HOME')
+    require_wheels_for(mm)
     final = toolkit_dir(cache_dir, mm)
     found = _load(final, python)
     if found:
