@@ -268,6 +268,38 @@ def test_publish_then_install_back(cppext_build: CppextBuild, tmp_path: Path) ->
     assert "minicppext" in out.stdout and '"error"' not in out.stdout
 
 
+@pytest.mark.slow
+def test_oom_killed_compile_resumes_with_fewer_jobs(project: Path, tmp_path: Path) -> None:
+    """The setuptools build resumes like the CMake one: nvcc's first run says what an OOM-killed compile says
+    (a stand-in in front of the real nvcc, through PYTORCH_NVCC), the same command runs again with half the
+    jobs in the same source copy, and the wheel is built (one real compile: ~60 s here)."""
+    import shutil
+
+    killer = tmp_path / "oom-once.sh"
+    killer.write_text('#!/bin/sh\nmarker="$(dirname "$0")/killed-once"\nif [ ! -e "$marker" ]; then touch "$marker"; '
+                      'echo "Killed signal terminated program cicc" >&2; exit 1; fi\nexec "$@"\n')
+    killer.chmod(0o755)
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    write_recipe(project, "oom", f"""
+        extends = "{REPO_ROOT / 'recipes/demo-cppext.toml'}"
+        [build]
+        jobs = 2
+        scheduler = "static"
+        profile = false
+        [build.env]
+        MINICPPEXT_FORCE_BUILD = "TRUE"
+        PYTORCH_NVCC = "{killer} {nvcc}"
+    """)
+    env = {"BUILD_KERNEL_CACHE_DIR": str(tmp_path / "cache"), "BUILD_KERNEL_OUTPUT_DIR": str(tmp_path / "out")}
+    out = run_cli("build", "--recipe", str(project / "recipes/oom.toml"), "--json", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OOM kill detected (Killed signal terminated program cicc): resuming in the same build folder with 1 job(s)" \
+        in out.stderr
+    result = json.loads(out.stdout)
+    built = result.get("build", result)
+    assert built["jobs"] == [2, 1] and built["oom_kills"] == 1, built
+
+
 def _env_with_torch(root: Path, wheel: Path, torch_version: str | None) -> str:
     """A bare venv that sees this venv's site-packages (.pth) and holds `wheel`; with `torch_version`, a torch
     package of its own (version.py and dist-info; lib/ is this torch's) that shadows the real one."""

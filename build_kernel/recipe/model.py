@@ -29,18 +29,14 @@ class Source:
     subdir: str = _doc("Folder of the package inside the repository (sgl-kernel: `sgl-kernel`).", "")
     allow_floating: bool = _doc("Allow `commit` to be a branch or tag instead of a SHA.", False)
     sparse: bool = _doc("Check out only `subdir` (and fetch only its files); false: the whole tree.", True)
-    sparse_paths: tuple[str, ...] = _doc("Files and folders (from the repository root) the build reads when that is "
-                                         "less than a whole tree without a `subdir` (flash-attn: `setup.py`, "
-                                         "`flash_attn`, `csrc/flash_attn`, ...); only they are fetched and checked out. "
-                                         "Paths below a `submodules` entry make that submodule sparse.", factory=tuple)
-    submodules: tuple[str, ...] = _doc("Submodule paths to check out at the commit the pin's gitlink names "
-                                       "(flash-attn: `[\"csrc/cutlass\"]`); submodules not listed are not fetched.",
-                                       factory=tuple)
+    sparse_paths: tuple[str, ...] = _doc("Files and folders the build reads (from the root), the only ones fetched; "
+                                         "paths below a `submodules` entry make it sparse.", factory=tuple)
+    submodules: tuple[str, ...] = _doc("Submodules to check out at the commit their gitlink names (others are never "
+                                       "fetched), e.g. `[\"csrc/cutlass\"]`.", factory=tuple)
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """What the build reads of the repository: `sparse_paths` (minus submodule contents), `subdir`
-        alone, or everything."""
+        """What the build reads of the repository: `sparse_paths` (not inside submodules), `subdir`, or all."""
         if self.sparse and self.sparse_paths:
             return tuple(p for p in self.sparse_paths if not any(p.startswith(s.rstrip("/") + "/") for s in self.submodules))
         return (self.subdir,) if self.sparse and self.subdir else ()
@@ -63,9 +59,8 @@ class Toolchain:
     flashinfer_python: str = _doc("flashinfer-python version installed for serving.", "")
     sglang: str = _doc("sglang release served beside the wheel when [serve] sglang = `release`; its argparse "
                        "validates the serve flags.", "")
-    build_requires: tuple[str, ...] = _doc("More packages the build environment needs (a setup.py's imports: "
-                                           "flash-attn's `psutil`, `packaging`); installed with torch pinned.",
-                                           factory=tuple)
+    build_requires: tuple[str, ...] = _doc("More packages the build environment needs (what a setup.py imports, "
+                                           "e.g. `psutil`), installed with torch pinned.", factory=tuple)
     host_compiler: str = _doc("The compiler that links the libraries (CXX and the CUDA host compiler): `auto` keeps "
                               "the environment's when they link libstdc++ shared and otherwise picks one that does "
                               "(said in the build log and `plan`); `environment` refuses instead; or a path.", "auto")
@@ -101,20 +96,14 @@ class Build:
                                "may set or override it).", "")
     defines: dict[str, str] = _doc("Extra CMake `-D` defines (scikit-build-core only).", factory=dict)
     env: dict[str, str] = _doc("Extra environment variables for the build.", factory=dict)
-    backend: str = _doc("How the package builds: `scikit-build-core` (CMake; archs, jobs and defines as CMake "
-                        "settings) or `setuptools` (a setup.py with torch.utils.cpp_extension; archs, jobs and nvcc "
-                        "threads through the environment variables below). Both run `python -m build --wheel "
-                        "--no-isolation` in the build environment.", "scikit-build-core")
-    arch_env: str = _doc("Environment variable the package reads its arch list from, besides TORCH_CUDA_ARCH_LIST "
-                         "(always set): flash-attn's `FLASH_ATTN_CUDA_ARCHS`.", "")
+    backend: str = _doc("`scikit-build-core` (CMake) or `setuptools` (setup.py + torch.utils.cpp_extension: archs, "
+                        "jobs, threads by the variables below); docs/packages.md.", "scikit-build-core")
+    arch_env: str = _doc("Variable the package reads its arch list from, besides TORCH_CUDA_ARCH_LIST (always set).", "")
     arch_format: str = _doc("How `arch_env` spells the archs: `torch` (`8.0;9.0a`) or `digits` (`80;90a`).", "torch")
-    jobs_env: str = _doc("Environment variable the package reads its job count from, besides MAX_JOBS and "
-                         "CMAKE_BUILD_PARALLEL_LEVEL (always set, so the package's own rule never runs).", "")
-    threads_env: str = _doc("Environment variable the package reads nvcc's --threads from (flash-attn: "
-                            "`NVCC_THREADS`), set to `nvcc_threads`.", "")
-    version_file: str = _doc("Where the version is stamped with the local label for `setuptools`: a file (relative "
-                             "to the package) with a `__version__ = \"...\"` line that setup.py reads; empty: "
-                             "pyproject.toml's [project] version.", "")
+    jobs_env: str = _doc("Variable the package reads its job count from, besides MAX_JOBS (always set).", "")
+    threads_env: str = _doc("Variable the package reads nvcc's --threads from (e.g. `NVCC_THREADS`): `nvcc_threads`.", "")
+    version_file: str = _doc("`setuptools`: the file (in the package) whose `__version__ = \"...\"` setup.py reads, "
+                             "stamped with the local label; empty: pyproject.toml's [project] version.", "")
 
 
 @dataclass(frozen=True)
