@@ -125,12 +125,13 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     backends.keep_across_copy(backend.kept(src), work / "kept", restore=True)
     version = f"{backend.read_version(src)}+{provenance.local_label(plan, selected.facts, tree)}"
     backend.stamp_version(src, version)
+    # Chosen first: under the jobserver a backend's ninja wrapper leaves out the caller's -j.
+    sched = scheduling.choose(plan, selected.facts.ninja_version, work, scheduling.strip_roots(src, defines))
     how = backend.invocation(plan, python, sys.executable, selected.facts.ninja, work, src, dist, defines,
-                             selected.facts.nvcc)
+                             selected.facts.nvcc, jobserver=sched.governor is not None)
     for note in how.notes:
         log.info(note)
     defines = how.defines
-    sched = scheduling.choose(plan, selected.facts.ninja_version, work, scheduling.strip_roots(src, defines))
     cmd = how.cmd
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Appended, not rewritten: a build resumed in the same folder (after an interruption) keeps

@@ -60,7 +60,7 @@ class Backend(Protocol):
         ...
 
     def invocation(self, plan: Plan, python: str, tool_python: str, ninja: str | None, work: Path, src: Path,
-                   dist: Path, defines: Mapping[str, str], nvcc: str | None) -> Invocation: ...
+                   dist: Path, defines: Mapping[str, str], nvcc: str | None, jobserver: bool) -> Invocation: ...
 
 
 class ScikitBuildCore:
@@ -78,7 +78,7 @@ class ScikitBuildCore:
         return []  # the CMake folder is outside the source copy already (work/cmake)
 
     def invocation(self, plan: Plan, python: str, tool_python: str, ninja: str | None, work: Path, src: Path,
-                   dist: Path, defines: Mapping[str, str], nvcc: str | None) -> Invocation:
+                   dist: Path, defines: Mapping[str, str], nvcc: str | None, jobserver: bool) -> Invocation:
         # The profile recorder goes in front of the cache launcher (the tool's own python: it runs build_kernel).
         defines = scheduling.launcher_defines(plan, tool_python, src, defines)
         # ninja through ninja_order (the tool's python too): compiles start longest first.
@@ -119,7 +119,7 @@ class Setuptools:
         return [src / SETUPTOOLS_BUILD]
 
     def invocation(self, plan: Plan, python: str, tool_python: str, ninja: str | None, work: Path, src: Path,
-                   dist: Path, defines: Mapping[str, str], nvcc: str | None) -> Invocation:
+                   dist: Path, defines: Mapping[str, str], nvcc: str | None, jobserver: bool) -> Invocation:
         env: dict[str, str] = {}
         notes: list[str] = []
         path_first: list[str] = []
@@ -136,7 +136,7 @@ class Setuptools:
             shipped = Path(plan.recipe.build.order_profile) if plan.recipe.build.order_profile else None
             data = ninja_order.predictions(scheduling.db_path(plan), shipped, scheduling.strip_roots(src, defines))
             script = ninja_order.install(work / "bin", python=tool_python, ninja=ninja,
-                                         build_dir=src / SETUPTOOLS_BUILD / "temp.*", data=data, drop_j=True)
+                                         build_dir=src / SETUPTOOLS_BUILD / "temp.*", data=data, drop_j=jobserver)
             path_first.append(str(script.parent))
         cmd = [python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)]
         return Invocation(cmd, {}, env, path_first, notes)

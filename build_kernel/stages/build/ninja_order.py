@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     split = args.index("--")
     opts, rest = dict(zip(args[:split:2], args[1:split:2], strict=False)), args[split + 1:]
     ninja, folder = opts["--ninja"], _folder(rest)
-    if opts.get("--drop-j") and "--jobserver-auth" in os.environ.get("MAKEFLAGS", ""):
+    if opts.get("--drop-j"):  # installed so for a build under the jobserver (the tool knew it then)
         rest = _without_j(rest)  # a caller's -j (torch's cpp_extension passes MAX_JOBS) would turn the jobserver off
     want = os.path.realpath(opts["--build-dir"])
     if "--version" not in rest and (folder == want or ("*" in want and fnmatch.fnmatchcase(folder, want))):
@@ -355,8 +355,8 @@ def preview(data: Mapping[str, Any], n: int = 5) -> dict[str, Any]:
 def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Mapping[str, Any],
             drop_j: bool = False) -> Path:
     """Write the predictions and the CMAKE_MAKE_PROGRAM script that orders `build_dir` (a folder, or a glob of
-    folders: setuptools names its own) before running `ninja`; `drop_j`: under a jobserver, the caller's -j
-    is left out."""
+    folders: setuptools names its own) before running `ninja`; `drop_j` (a build under the jobserver): the
+    caller's -j is left out."""
     folder.mkdir(parents=True, exist_ok=True)
     data_file, edges = folder / FILE, folder / EDGES
     edges.unlink(missing_ok=True)  # an earlier configure's list is not this build's
