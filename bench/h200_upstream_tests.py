@@ -37,9 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_kernel.recipe import load  # noqa: E402
-from build_kernel.recipe.model import Expectation  # noqa: E402
-from build_kernel.stages.upstream_tests import runner, verdict  # noqa: E402
+from build_kernel.recipe import load
+from build_kernel.recipe.model import Expectation
+from build_kernel.stages.upstream_tests import runner, verdict
 
 # What these runs did differently from the shipped recipe, each with how it shows.
 RUN_CONDITIONS = (

@@ -67,6 +67,7 @@ def test_the_cuda_host_compiler_as_cmake_resolves_it(static_gxx: Path, nvcc: str
     if where == "NVCC_CCBIN":
         env["NVCC_CCBIN"] = str(static_gxx)
     [cxx, cuda] = host_compiler.linkers(env, defines)
+    assert cxx.role == host_compiler.CXX_ROLE
     assert cuda.path == str(static_gxx)
     assert cuda.source == ("CMAKE_CUDA_HOST_COMPILER define" if where == "define" else "NVCC_CCBIN")
     res = host_compiler.resolve("auto", env, defines, nvcc)
