@@ -187,3 +187,16 @@ def _tiny_wheel(path: Path) -> None:
             Tag: py3-none-any
             """))
         zf.writestr("minikernel-0.1.0.dist-info/RECORD", "")
+
+
+def test_a_bad_test_section_is_every_problem_at_once(project: Path) -> None:
+    copy_series(project, (REPO_ROOT / "patches/minikernel/v1/series").read_text().split(), "v1")
+    text = demo_recipe_text().replace("parallel = 2", "parallel = 0").replace(
+        'outcome = "uncollectable"\nreason = "imports sglang, which the demo does not install (no [test] sglang)"',
+        'outcome = "broken"')
+    recipe = write_recipe(project, "bad", text)
+    done = run_cli("recipes", "show", str(recipe))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "test.parallel: 0 is no number of files (e.g. parallel = 4)" in done.stderr
+    assert "'broken' is not one of skip, fail, uncollectable" in done.stderr
+    assert "reason: missing: say why it is expected" in done.stderr

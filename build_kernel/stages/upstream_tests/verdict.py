@@ -90,7 +90,7 @@ def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
         explained = len(result.skipped) - len(verdict.unexplained_skips)
         counts.append(f"{len(result.skipped)} skipped ({explained} explained)")
     if result.status == "empty":  # a module that skipped itself says why where an expectation explains it
-        why = next((e["reason"] for e in verdict.expected if e["outcome"] == "skip"), None)
+        why = next((e["reason"] for e in verdict.expected if e["outcome"] == "skip"), "")
         counts = [f"no tests collected ({why})" if why else "no tests collected"]
     verdict.line = ", ".join(counts)
     return verdict
