@@ -145,7 +145,8 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
                          "skipped": len(r.skipped), "seconds": r.seconds, "signal": r.signal, "last_test": r.last_test,
                          "red": v.red if v else None, "verdict": v.line if v else
                          f"unfinished when the device time ran out: {r.passed} passed, {len(r.failed)} failed so far",
-                         "explained": sorted({e["reason"] for e in v.expected}) if v else []})
+                         "explained": sorted({e["reason"] for e in v.expected}) if v else [],
+                         "unexplained_skips": len(v.unexplained_skips) if v else None})
         runs[label] = {
             "series": prov["patch_series"], "wheel": Path(build["wheel"]).name, "host": files.get(f"{label}/host.txt",
                                                                                                b"").decode().strip(),
@@ -160,6 +161,7 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
             "tests_passed": sum(r["passed"] for r in rows), "tests_failed": sum(r["failed"] for r in rows
                                                                                if r["status"] != "uncollectable"),
             "tests_skipped": sum(r["skipped"] for r in rows),
+            "unexplained_skips": sum(r["unexplained_skips"] or 0 for r in rows),
             "rows": rows,
         }
     data = {"issue": 42, "recipe": "nightly-cu130-pruned for 9.0a, FA3 off",
