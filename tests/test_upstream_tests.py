@@ -131,7 +131,9 @@ def test_new_failures_crashes_hangs_and_missing_dependencies_are_red(demo_build:
                                     if p.is_file() and "__pycache__" not in p.parts}
     files.update({name: text for name, text in FILES.items() if name != "tests/test_pass.py"})
     commit = commit_files(tmp_path / "upstream", files)
-    copy_series(project, (REPO_ROOT / "patches/minikernel/v1/series").read_text().split(), "v1")
+    series = copy_series(project, (REPO_ROOT / "patches/minikernel/v1/series").read_text().split(), "v1")
+    info = series / "info.toml"  # the same sources plus test files: the series is made for this commit too
+    info.write_text(info.read_text().replace("applies_to_commits = [", f'applies_to_commits = ["{commit}", ', 1))
     recipe = write_recipe(project, "r", demo_recipe_text().replace('repo = "example:minikernel"',
                                                                   f'repo = "{tmp_path / "upstream"}"')
                           .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{commit}"'))
