@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 
 from build_kernel import errors, log
 from build_kernel.cli import cli
-from tests.conftest import REPO_ROOT, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
 SERVE = '\n[serve]\nmodel = "/models/tiny-llama"\nsglang = "source"\n'
 
@@ -160,13 +160,9 @@ def test_plan_text_keeps_bracketed_recipe_words(project: Project) -> None:
 
 def test_doctor_problems_read_the_same_as_text_and_json(tmp_path: Path) -> None:
     """A series that keeps C++17 against a torch that needs C++20: the fix names `[patches] version`."""
-    series = tmp_path / "patches/minikernel"
-    series.mkdir(parents=True)
+    names = (REPO_ROOT / "patches/minikernel/v1/series").read_text().split()
     for version, standard in (("v0", "17"), ("v1", "20")):
-        copy = series / version
-        (copy).mkdir()
-        for f in (REPO_ROOT / "patches/minikernel/v1").iterdir():
-            (copy / f.name).write_bytes(f.read_bytes())
+        copy = copy_series(tmp_path, names, version)  # the pooled patches, as files of their own
         (copy / "info.toml").write_text((copy / "info.toml").read_text().replace("cxx_standard = 20",
                                                                                     f"cxx_standard = {standard}"))
     (tmp_path / "recipes").mkdir()

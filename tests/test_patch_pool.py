@@ -46,7 +46,7 @@ def test_every_version_yields_the_names_bytes_and_digest_recorded_before_the_poo
 
 def test_every_series_keeps_its_patches_in_its_pool_only() -> None:
     versions = sorted(str(p.parent.relative_to(PATCHES)) for p in PATCHES.glob("*/*/series"))
-    assert versions == sorted(BEFORE)  # no version lost or added by the migration
+    assert set(BEFORE) <= set(versions)  # no version lost by the migration (later ones, e.g. sm120/v7, added)
     for series in sorted({v.split("/")[0] for v in versions}):
         pool = PATCHES / series / patchpool.POOL
         assert pool.is_dir(), f"{series} has no pool"

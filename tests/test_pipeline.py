@@ -30,7 +30,7 @@ def test_dry_run_says_what_would_run_and_touches_nothing(project: Path, tmp_path
     assert [p["name"] for p in plan["patches"]["patches"]] == PATCHES
     statuses = {name: info["status"] for name, info in summary["stages"].items()}
     assert statuses == {"fetch": "planned", "patch": "planned", "build": "planned", "verify": "planned",
-                        "publish": "planned", "serve": "no [serve] model in the recipe"}
+                        "test": "planned", "publish": "planned", "serve": "no [serve] model in the recipe"}
     assert not cache.exists() and not (tmp_path / "index").exists()
 
 

@@ -63,7 +63,7 @@ class Toolchain:
                                            "e.g. `psutil`), installed with torch pinned.", factory=tuple)
     host_compiler: str = _doc("The compiler that links the libraries (CXX and the CUDA host compiler): `auto` keeps "
                               "the environment's when they link libstdc++ shared and otherwise picks one that does "
-                              "(said in the build log and `plan`); `environment` refuses instead; or a path.", "auto")
+                              "(said in the build log and by `doctor --recipe`); `environment` refuses instead; or a path.", "auto")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 from dataclasses import MISSING, fields
 from typing import Any
 
-from build_kernel.recipe.model import SECTIONS, Dep, LibraryRule, SystemDep
+from build_kernel.recipe.model import SECTIONS, Dep, Expectation, LibraryRule, SystemDep
 
 TOP_LEVEL = ("Top level: `description` (text), `extends` (parent recipe name, or a `.toml` path relative to this "
              "file), and the tables below.")
@@ -16,12 +16,13 @@ def reference_tables() -> list[dict[str, Any]]:
     """Each recipe table with its keys, defaults (as TOML-ish JSON text) and meanings: what
     `recipes reference --json` prints and the Markdown is made from."""
     tables: list[tuple[str, type]] = [*SECTIONS.items(), ("deps.NAME", Dep), ("system.NAME", SystemDep),
-                                      ('verify.libraries."GLOB"', LibraryRule)]
+                                      ('verify.libraries."GLOB"', LibraryRule), ('test.expect."GLOB"', Expectation)]
     out: list[dict[str, Any]] = []
     for name, cls in tables:
         keys: list[dict[str, str]] = []
         for f in fields(cls):
-            if (name, f.name) in (("deps.NAME", "name"), ("system.NAME", "name"), ('verify.libraries."GLOB"', "glob")):
+            if (name, f.name) in (("deps.NAME", "name"), ("system.NAME", "name"), ('verify.libraries."GLOB"', "glob"),
+                               ('test.expect."GLOB"', "pattern")):
                 continue
             if f.default is not MISSING:
                 shown = json.dumps(f.default) if isinstance(f.default, (str, bool, int, float)) else str(f.default)

@@ -28,9 +28,35 @@ def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
                 problems.add(where(table, key), f"{table}.{key}", f"{exc} ({fix})")
 
 
+def _check_test(r: Recipe, problems: _Problems, where: Any) -> None:
+    t = r.test
+    if t.parallel < 1:
+        problems.add(where("test", "parallel"), "test.parallel", f"{t.parallel} is no number of files (e.g. parallel = 4)")
+    if t.timeout_s <= 0:
+        problems.add(where("test", "timeout_s"), "test.timeout_s", f"{t.timeout_s} is no time limit (e.g. timeout_s = 900)")
+    for exp in t.expect:
+        table = f'test.expect."{exp.pattern}"'
+        if exp.outcome not in ("skip", "fail", "uncollectable"):
+            problems.add(where(table, "outcome"), f"{table}.outcome",
+                         f"{exp.outcome!r} is not one of skip, fail, uncollectable (e.g. outcome = \"skip\")")
+        if not exp.reason:
+            problems.add(where(table, "reason"), f"{table}.reason",
+                         "missing: say why it is expected (red means new only while every known outcome says why)")
+        try:
+            if exp.when_asked:
+                parse_arch_list(list(exp.when_asked))
+        except ArchSpellingError as exc:
+            problems.add(where(table, "when_asked"), f"{table}.when_asked", f"{exc} (arch names, e.g. [\"9.0a\"])")
+    hc = r.toolchain.host_compiler
+    if hc not in ("auto", "environment") and "/" not in hc and not hc.startswith(("g++", "c++", "clang")):
+        problems.add(where("toolchain", "host_compiler"), "toolchain.host_compiler",
+                     f"{hc!r} is not auto, environment or a compiler (e.g. host_compiler = \"/usr/bin/g++\")")
+
+
 def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     """Cross-field rules that a single field's type cannot express."""
     _check_verify(r, problems, where)
+    _check_test(r, problems, where)
     # A value (or a whole section) refused for its type is not also "missing".
     refused = set(problems.keys) | {f"{section}.{key}" for section in list(problems.keys) if "." not in section
                                     for key in ("repo", "commit", "series", "version")}

@@ -192,4 +192,5 @@ class TestStage:
             red = self.record["summary"]["red"]
             raise TestError(f"{len(red)} test file(s) red: {', '.join(red[:5])}",
                             hint=f"see {record_path(ctx.wheels[0])}")
-        return Done("done", {k: v for k, v in self.record.items() if k in ("summary", "passed", "files")})
+        status = "planned" if self.record.get("dry_run") else "passed" if self.record["passed"] else "failed"
+        return Done(status, {k: v for k, v in self.record.items() if k in ("summary", "passed", "files")})

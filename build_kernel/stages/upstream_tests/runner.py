@@ -47,6 +47,16 @@ class FileResult:
         return asdict(self)
 
 
+def _node_id(case: ET.Element) -> str:
+    """pytest's node id of a JUnit test case (xunit1 keeps the file; the classname past the module is the class)."""
+    file, classname, name = case.get("file") or "", case.get("classname") or "", case.get("name") or ""
+    if not file:
+        return f"{classname}::{name}" if classname else name
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else file
+    cls = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
+    return "::".join(p for p in (file, cls, name) if p)
+
+
 def _junit(path: Path, result: FileResult) -> bool:
     """Counts from pytest's JUnit XML; False when there is none to read."""
     try:
@@ -54,8 +64,7 @@ def _junit(path: Path, result: FileResult) -> bool:
     except (OSError, ET.ParseError):
         return False
     for case in root.iter("testcase"):
-        node = f"{case.get('file') or ''}::{case.get('name')}" if case.get("file") else \
-            f"{case.get('classname')}::{case.get('name')}"
+        node = _node_id(case)
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
         if outcome is None:
             result.passed += 1
@@ -100,7 +109,7 @@ def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str
     xml.unlink(missing_ok=True)
     log.unlink(missing_ok=True)
     cmd = [python, "-m", "pytest", file, "-v", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           "-o", "junit_family=xunit2", "--rootdir", str(cwd)]
+           "-o", "junit_family=xunit1", "--rootdir", str(cwd)]
     result = FileResult(file, log=str(log))
     start = time.monotonic()
     with process.spawn(cmd, error=TestError, what=f"running {file}", cwd=cwd, env=env, log=log) as child:

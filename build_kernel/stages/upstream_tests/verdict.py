@@ -89,5 +89,8 @@ def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
     if result.skipped:
         explained = len(result.skipped) - len(verdict.unexplained_skips)
         counts.append(f"{len(result.skipped)} skipped ({explained} explained)")
-    verdict.line = ", ".join(counts) if result.status != "empty" else "no tests collected"
+    if result.status == "empty":  # a module that skipped itself says why where an expectation explains it
+        why = next((e["reason"] for e in verdict.expected if e["outcome"] == "skip"), "")
+        counts = [f"no tests collected ({why})" if why else "no tests collected"]
+    verdict.line = ", ".join(counts)
     return verdict
