@@ -122,8 +122,10 @@ EXIT = {"UsageError": 2, "InternalError": 1,
 def raised_kinds() -> set[str]:
     """Every error kind the code constructs somewhere (errors.py defines them; NotBuiltYet is used nowhere)."""
     source = "\n".join(p.read_text() for p in (REPO_ROOT / "build_kernel").rglob("*.py") if p.name != "errors.py")
+    # The kinds errors.py defines: a module's private subclass (cgroup's, for the bench) is only listed in
+    # __subclasses__() once some other test imported it, which made this test depend on the run's order.
     return {cls.__name__ for cls in errors.BuildKernelError.__subclasses__()
-            if re.search(rf"\b{cls.__name__}\(", source)}
+            if cls.__module__ == errors.__name__ and re.search(rf"\b{cls.__name__}\(", source)}
 
 
 def test_every_error_kind_the_code_raises_has_a_case() -> None:
