@@ -37,7 +37,8 @@ def _table(d: Diagnosis) -> Table:
         table.add_row("FP4", f"{f.arch}: {f.how}: {f.detail}")
     if d.sglang:
         table.add_row("sglang", f"{d.sglang}: " + (f"imports {', '.join(sorted(d.api_missing))} it lacks"
-                                                 if d.api_missing else "every name it imports is there"))
+                                                 if d.api_missing else "every name it imports is there")
+                      + (f"; kernels: {d.sglang_kernels}" if d.sglang_kernels else ""))
     for p in d.problems:
         table.add_row(styled("problem", "red"), f"{d.label} {p.text}: {p.fix or d.fix}")  # each text continues the name
     for note in d.notes:

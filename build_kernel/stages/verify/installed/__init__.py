@@ -17,7 +17,7 @@ from build_kernel.recipe import Verify
 from build_kernel.stages.serve import api, environment
 from build_kernel.stages.serve.preflight import same_torch
 from build_kernel.stages.verify import checks, cubins, diagnose
-from build_kernel.stages.verify.installed import fp4, gpus, origin, torch_abi, verdict
+from build_kernel.stages.verify.installed import fp4, gpus, origin, sglang_layout, torch_abi, verdict
 from build_kernel.stages.verify.installed.verdict import Problem
 from build_kernel.stages.verify.report import LibraryReport, Report
 from build_kernel.stages.verify.rules import rule_for
@@ -36,6 +36,7 @@ class Diagnosis:
     libraries: list[LibraryReport] = field(default_factory=list)
     fp4: list[fp4.Fp4] = field(default_factory=list)
     sglang: str | None = None
+    sglang_kernels: str = ""  # where that sglang keeps its kernels (sglang_layout: jit_kernel/ or 0.5.23's kernels/)
     api_missing: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -176,6 +177,9 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
     spec = recipe.load(recipe_name or verdict.DEFAULT_RECIPE).verify
     d = Diagnosis(installed.python, module, [a.torch for a in targets], targets_from,
                   torch_abi.torch_here(installed.torch_root), sglang=installed.sglang)
+    if installed.sglang_root:
+        d.sglang_kernels = sglang_layout.of(installed.sglang_root).describe(
+            verdict.kernel_pin(installed.sglang_requires))
     picked = _pick(installed, module, d)
     if picked is not None:
         name, dist = picked
