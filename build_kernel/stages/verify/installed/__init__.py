@@ -127,10 +127,11 @@ def _torch_problems(d: Diagnosis, libs: list[Path]) -> None:
 
 
 def _device_code(d: Diagnosis, root: Path, libs: list[Path], spec: Verify, archs: tuple[Arch, ...],
-                 kernel_names: set[str], sglang_root: str | None, env: Mapping[str, str]) -> None:
+                 kernel_names: set[str], sglang_root: str | None, env: Mapping[str, str],
+                 counts_dir: Path | None) -> None:
     report = Report("installed", "", [a.sm for a in archs])
     with tempfile.TemporaryDirectory(prefix="bk-doctor-") as tmp:
-        checks.static_checks(report, root, libs, {}, spec, archs, cubins.cuobjdump(env), env, Path(tmp))
+        checks.static_checks(report, root, libs, {}, spec, archs, cubins.cuobjdump(env), env, Path(tmp), counts_dir)
     d.libraries = report.libraries
     for lib in (lib for lib in d.libraries if lib.missing):
         has = ", ".join([*lib.archs, *(f"compute_{p[3:]} PTX" for p in lib.ptx)]) or "no device code"
@@ -169,8 +170,9 @@ def _api(d: Diagnosis, installed: environment.Installed, kernel_names: set[str],
 
 
 def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, str], recipe_name: str | None = None,
-            module: str = "sgl_kernel") -> Diagnosis:
-    """Everything `doctor --installed` reports about `module` in `python`."""
+            module: str = "sgl_kernel", counts_dir: Path | None = None) -> Diagnosis:
+    """Everything `doctor --installed` reports about `module` in `python`; `counts_dir`: where each cubin's FP4
+    opcode counts are kept by content (a second doctor of the same library disassembles nothing)."""
     installed = environment.inspect(python, module, env, error=VerifyError, what="Python interpreter",
                                     missing_hint="pass --python PATH of an existing interpreter")
     targets, targets_from = _targets(archs)
@@ -193,7 +195,7 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
         d.cuda_linked = diagnose.cuda_majors(libs)
         _torch_problems(d, libs)
         kernel_names = api.defined_installed(root, module) or set()
-        _device_code(d, root, libs, spec, targets, kernel_names, installed.sglang_root, env)
+        _device_code(d, root, libs, spec, targets, kernel_names, installed.sglang_root, env, counts_dir)
         _api(d, installed, kernel_names, module)
     else:
         d.problems.append(Problem("installed", f"is not installed in {installed.python}"))
