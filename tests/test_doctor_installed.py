@@ -240,3 +240,91 @@ def test_fp4_absent_then_by_jit_then_sglang_imports_a_missing_name(tmp_path: Pat
     assert out["verdict"] == ("sglang-kernel 0.4.10 (PyPI) lacks 1 name sglang 0.5.11 imports from it "
                               "(awq_marlin_repack): the server would die at start: install the kernel sglang 0.5.11 "
                               "pins (0.4.11), or build it: build-kernel --recipe nightly-cu130 --arch 12.0a")
+
+
+def sglang_kernels(tmp: Path, version: str = "0.5.23", *, aot: bool = False) -> Path:
+    """A real sglang wheel in the `sglang/kernels/` layout of PyPI's 0.5.23 (no `jit_kernel/`): the JIT infra in
+    kernels/jit/, CUDA sources in kernels/jit/csrc/, an op that JIT-compiles NVFP4 sources as 0.5.23's
+    kernels/ops/gemm/sm120_nvfp4_moe.py does, one that does not, and a layer importing from sgl_kernel."""
+    files: dict[str, str | Path] = {
+        "sglang/__init__.py": "",
+        "sglang/kernels/__init__.py": "from sglang.kernels import ops\n",
+        "sglang/kernels/jit/__init__.py": "",
+        "sglang/kernels/jit/utils/__init__.py": "def load_jit(*args, cuda_files=(), **kw):\n    raise NotImplementedError\n",
+        "sglang/kernels/jit/csrc/gemm/sm120_nvfp4_moe_mtp_mma.cuh": "// compiled at first use\n",
+        "sglang/kernels/jit/csrc/elementwise/add.cuh": "// compiled at first use\n",
+        "sglang/kernels/ops/__init__.py": "",
+        "sglang/kernels/ops/gemm/__init__.py": "",
+        "sglang/kernels/ops/gemm/sm120_nvfp4_moe.py": textwrap.dedent("""
+            from sglang.kernels.jit.utils import load_jit
+            def _mtp_module(pair_layout=False):
+                return load_jit("nvfp4_moe_mtp", cuda_files=["gemm/sm120_nvfp4_moe_mtp_mma.cuh"])
+            """),
+        "sglang/kernels/ops/elementwise/add.py": textwrap.dedent("""
+            from sglang.kernels.jit import utils
+            def _module():
+                return utils.load_jit("add", cuda_files=["elementwise/add.cuh"])
+            """),
+        "sglang/srt/layers/activation.py": "_is_cuda = True\nif _is_cuda:\n    from sgl_kernel import silu_and_mul\n",
+    }
+    if aot:  # a checkout of the repository (an editable install): the source of sgl_kernel beside it
+        files["sglang/kernels/aot/CMakeLists.txt"] = "project(sgl_kernel)\n"
+    return pack(tmp, "sglang", version, files, requires=("sglang-kernel==0.4.10",))
+
+
+def _unpacked(wheels: Path, dest: Path) -> Path:
+    import zipfile
+
+    [wheel] = wheels.glob("sglang-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(dest)
+    return dest / "sglang"
+
+
+def test_the_sglang_kernels_layout_is_read_from_its_files(tmp_path: Path) -> None:
+    """sglang 0.5.23 has no jit_kernel/: its NVFP4 JIT is an op under kernels/ops/ loading kernels/jit/csrc/ sources."""
+    from build_kernel.stages.verify.installed import fp4, sglang_layout
+
+    root = _unpacked(sglang_kernels(tmp_path), tmp_path / "site")
+    jit = fp4.jit_in_sglang(str(root), ("scaled_fp4_quant",))
+    assert jit == f"{root}/kernels/ops/gemm/sm120_nvfp4_moe.py (1 nvfp4 CUDA sources under kernels/jit/csrc/)"
+    assert sglang_layout.of(root).describe("0.4.10") == (
+        "sglang.kernels: ops in sglang/kernels/ops/, JIT sources in sglang/kernels/jit/csrc/; ahead-of-time kernels "
+        "from sgl_kernel (pins sglang-kernel==0.4.10)")
+    # A checkout has kernels/aot/, sgl_kernel's source tree: said, and still not what Python imports.
+    checkout = _unpacked(sglang_kernels(tmp_path / "c", aot=True), tmp_path / "c" / "site")
+    assert "sglang/kernels/aot/ holds the source of sgl_kernel (not imported)" in sglang_layout.of(checkout).describe(None)
+    # The old layout is still read as before; an sglang with neither has no NVFP4 JIT.
+    old = _unpacked(sglang(tmp_path / "o", "0.5.10", "silu_and_mul"), tmp_path / "o" / "site")
+    assert sglang_layout.of(old).name == "sglang.jit_kernel"
+    assert fp4.jit_in_sglang(str(old), ("scaled_fp4_quant",)) == (
+        f"{old}/jit_kernel/nvfp4.py (1 nvfp4 CUDA sources under jit_kernel/csrc/)")
+    (root / "kernels" / "jit" / "csrc" / "gemm" / "sm120_nvfp4_moe_mtp_mma.cuh").unlink()
+    assert fp4.jit_in_sglang(str(root), ("scaled_fp4_quant",)) is None  # a source named but not shipped proves nothing
+
+
+@pytest.mark.slow
+def test_sglang_0_5_23_kernels_layout_with_its_kernel(tmp_path: Path, libs: Callable[..., Path]) -> None:
+    """sglang-kernel 0.4.10 (no FP4 ahead of time) beside an sglang in the kernels/ layout: FP4 by its JIT, healthy."""
+    jit_kernel = kernel(tmp_path, libs("120a"), dist="sglang-kernel", version="0.4.10", fp4_api=False)
+    python = venv(tmp_path, jit_kernel, sglang_kernels(tmp_path), specs=("sglang-kernel", "sglang"))
+    rc, out = doctor(python, "--arch", "12.0a")
+    assert rc == 0, out["verdict"]
+    [fp4] = out["fp4"]  # type: ignore[misc]
+    assert fp4["how"] == "jit" and "sglang/kernels/ops/gemm/sm120_nvfp4_moe.py (1 nvfp4 CUDA sources" in fp4["detail"]
+    assert str(out["sglang_kernels"]).startswith("sglang.kernels: ops in sglang/kernels/ops/")
+    assert out["verdict"].endswith("FP4 for sm_120a by JIT (sglang 0.5.23)")  # type: ignore[union-attr]
+
+
+@pytest.mark.network
+def test_pypi_sglang_0_5_23_wheel_is_the_kernels_layout(tmp_path: Path) -> None:
+    """The real wheel, from PyPI: the layout and its NVFP4 JIT as the miniature above has them."""
+    from build_kernel.stages.verify.installed import fp4, sglang_layout
+
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "sglang==0.5.23", "-d",
+                    str(tmp_path)], check=True)
+    root = _unpacked(tmp_path, tmp_path / "site")
+    layout = sglang_layout.of(root)
+    assert layout.name == "sglang.kernels" and not layout.aot_tree and not (root / "jit_kernel").exists()
+    jit = fp4.jit_in_sglang(str(root), ("scaled_fp4_quant",))
+    assert jit is not None and "kernels/ops/gemm/sm120_nvfp4_moe.py" in jit

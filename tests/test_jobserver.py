@@ -232,3 +232,53 @@ def test_free_memory_leaves_reclaimable_page_cache_out(tmp_path: Path) -> None:
     (job / "memory.stat").write_text(f"cache {5 * gib}\ntotal_inactive_file {4 * gib}\n")
     assert cgroup_memory_headroom(tmp_path / "fs", proc)[0] == 8 * gib
     assert cgroup.working_set(job) == 2 * gib and cgroup.available(job) == 8 * gib
+
+
+# Run inside a fresh pid namespace (pids 1, 2, ... and `ns_last_pid` writable there), so the test can hand
+# a finished job's pid to the next job, as the kernel does once the pid space wraps during a long build.
+_REUSE = """
+import json, subprocess, sys, time
+from pathlib import Path
+from build_kernel.stages.build import jobserver
+gov = jobserver.Governor(Path(sys.argv[1]), budget=1 << 40, predictions={"heavy_a.cu": 900, "light_a.cu": 100},
+                         default=300, complete=True, max_jobs=4, available=lambda: 1 << 40, reserve=0)
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+def job(tu):
+    proc = subprocess.Popen([*sleep, tu])
+    while tu not in jobserver._cmdline(proc.pid):  # the kernel fills it in shortly after the exec
+        time.sleep(0.005)
+    return proc
+
+first = job("heavy_a.cu")
+seen = [gov._job(first.pid).key]
+first.kill()
+first.wait()
+time.sleep(0.05)  # /proc's start time counts in clock ticks: a real wrap of the pid space takes far longer
+with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+    fh.write(str(first.pid - 1))
+second = job("light_a.cu")
+seen.append(gov._job(second.pid).key)
+second.kill()
+second.wait()
+print(json.dumps({"same_pid": first.pid == second.pid, "keys": seen, "started": gov.stats.started}))
+"""
+
+
+def test_a_reused_pid_is_a_new_job(tmp_path: Path) -> None:
+    """A pid is reused once the kernel's pid space wraps (pid_max is 32768 on many hosts; a build runs
+    tens of thousands of processes): the job that gets a finished job's pid is another TU, counted as
+    started and charged its own prediction, not the finished one's."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "-Urpf", "--mount-proc", "sh", "-c",
+                            "echo 1 > /proc/sys/kernel/ns_last_pid"], capture_output=True, check=False) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare and unprivileged user + pid namespaces to hand a pid on")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([unshare, "-Urpf", "--mount-proc", sys.executable, "-c", _REUSE, str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["same_pid"], "the namespace handed out another pid: nothing was reused"
+    assert got["keys"] == ["heavy_a.cu", "light_a.cu"] and got["started"] == ["heavy_a.cu", "light_a.cu"]

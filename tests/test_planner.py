@@ -83,7 +83,7 @@ def test_recorder_composes_with_the_cache_launcher(project: Path, tmp_path: Path
     plan = _plan(project, tmp_path)
     src = tmp_path / "src"
     out = scheduling.launcher_defines(plan, "/py", src, {"CMAKE_CUDA_COMPILER_LAUNCHER": "/usr/bin/sccache", "X": "1"})
-    head = f"/py;-S;{scheduling.RECORDER};--db;{tmp_path / 'cache' / 'profile.sqlite'};--strip;{src};--"
+    head = f"/py;-S;{scheduling.RECORDER};--db;{tmp_path / 'cache' / 'profile.sqlite'};--project;example:minikernel;--strip;{src};--"
     assert out["CMAKE_CUDA_COMPILER_LAUNCHER"] == f"{head};/usr/bin/sccache"
     assert out["CMAKE_CXX_COMPILER_LAUNCHER"] == head and out["X"] == "1"
 

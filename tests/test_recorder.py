@@ -176,3 +176,60 @@ def test_recorder_starts_without_the_package(tmp_path: Path) -> None:
     assert row.compiler == "true" and row.exit == 0
     failing = subprocess.run([*RECORDER, "--db", str(tmp_path / "p.sqlite"), "--", "false"], check=False)
     assert failing.returncode == 1 and profile.rows(tmp_path / "p.sqlite")[-1].exit == 1
+
+
+# The profile's table as recorded before rows said whose compile they were (19 columns, no `project`).
+_OLD_TABLE = ("CREATE TABLE compiles (id INTEGER PRIMARY KEY, at REAL, source TEXT, output TEXT, compiler TEXT, "
+              "flags_digest TEXT, archs TEXT, threads INTEGER, wall_s REAL, cpu_s REAL, user_s REAL, sys_s REAL, "
+              "tree_peak_mb REAL, max_rss_mb REAL, peak_procs INTEGER, exit INTEGER, signal INTEGER, oom_kill INTEGER, "
+              "cgroup_oom_kills INTEGER, cwd TEXT)")
+
+
+def test_two_projects_in_one_cache_keep_their_own_predictions(tmp_path: Path) -> None:
+    """Sources are named relative to the tree, so two projects' `csrc/kernel.cu` met in one profile and each
+    was predicted from the other's compiles. Rows now say whose they are; a moved checkout is the same project;
+    a profile written before that is still read."""
+    import sqlite3
+
+    from build_kernel.stages.build import planner, scheduling
+
+    db = tmp_path / "cache" / "profile.sqlite"
+    db.parent.mkdir()
+    old = sqlite3.connect(db)
+    old.execute(_OLD_TABLE)
+    old.execute("INSERT INTO compiles (at, source, output, compiler, flags_digest, archs, threads, wall_s, cpu_s, "
+                "user_s, sys_s, tree_peak_mb, max_rss_mb, peak_procs, exit, signal, oom_kill, cgroup_oom_kills, cwd) "
+                "VALUES (0, 'csrc/old.cu', 'old.o', 'nvcc', 'd', 'sm_120a', 1, 30, 30, 30, 0, 3000, 3000, 5, 0, 0, 0, "
+                "0, '/')")
+    old.commit()
+    old.close()
+    heavy = scheduling.project_key("https://github.com/sgl-project/sglang.git", "sgl-kernel")
+    light = scheduling.project_key("https://github.com/Dao-AILab/flash-attention", "")
+    assert heavy == scheduling.project_key("git@github.com:sgl-project/sglang", "sgl-kernel/") == \
+        "github.com/sgl-project/sglang/sgl-kernel"
+    assert scheduling.project_key("/home/a/minikernel/") == scheduling.project_key("file:///srv/minikernel.git") == \
+        "local:minikernel"
+    assert scheduling.project_key("example:minikernel") == "example:minikernel"
+
+    def compile_in(tree: Path, project: str, mb: int) -> None:
+        (tree / "csrc").mkdir(parents=True, exist_ok=True)
+        proc = _run([*RECORDER, "--db", str(db), "--project", project, "--strip", str(tree), "--", sys.executable,
+                     "-c", ALLOCATE.format(n=mb * MiB).replace("time.sleep(5)", "time.sleep(1)"),
+                     str(tree / "csrc" / "kernel.cu")])
+        assert proc.returncode == 0, proc.stdout
+
+    compile_in(tmp_path / "build" / "k1" / "src", heavy, 400)
+    compile_in(tmp_path / "build" / "k2" / "src", light, 20)
+    compile_in(tmp_path / "moved" / "src", heavy, 400)  # the same project, checked out and built elsewhere
+
+    def predicted(project: str, source: str) -> planner.TU:
+        [tu] = planner.plan_tus(db, 4 << 30, [(source, None)], project=project)
+        return tu
+
+    assert predicted(heavy, "csrc/kernel.cu").runs == 2 and predicted(heavy, "csrc/kernel.cu").peak_bytes > 400 * MiB
+    assert predicted(light, "csrc/kernel.cu").runs == 1 and predicted(light, "csrc/kernel.cu").peak_bytes < 200 * MiB
+    # The old row has no project: read for both (each has no row of its own for that source).
+    assert predicted(light, "csrc/old.cu").peak_bytes == predicted(heavy, "csrc/old.cu").peak_bytes == 3000 * MiB
+    # What a build of one project starts from lists none of the other's TUs, and orders by its own times.
+    assert sorted(t.source for t in planner.plan_tus(db, 4 << 30, project=light)) == ["csrc/kernel.cu", "csrc/old.cu"]
+    assert [r.project for r in profile.rows(db)] == ["", heavy, light, heavy]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +184,54 @@ def test_serving_pins_and_how_objects_are_made_are_no_build_inputs(project: Path
     assert recipe.load(str(write_recipe(project, "b", same))).build_digest == digest
     other = base.replace("[build.defines]\n", "[build.defines]\nEXTRA_FLAG = \"1\"\n", 1)
     assert recipe.load(str(write_recipe(project, "c", other))).build_digest != digest
+
+
+def test_the_units_user_must_be_able_to_write_the_jit_cache(tmp_path: Path) -> None:
+    """tvm-ffi locks and runs ninja in each module's folder even when it is built: a cache the prewarm left
+    owned by another user fails at the first request, so `serve --unit` refuses it with the fix."""
+    import pwd
+    import tempfile
+
+    user = "daemon"  # a real non-root user of every Debian/Ubuntu base (nobody is refused by systemd-analyze)
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        pytest.skip("needs the system user daemon")
+    base = Path(tempfile.mkdtemp(prefix="bk-unit-"))  # in /tmp, reachable by every user (tmp_path is 0700)
+    try:
+        base.chmod(0o755)
+        cache = base / "tvm-ffi-cache"
+        module = cache / "nvfp4_quant_0a1b2c"  # as a prewarm under umask 022 leaves it
+        module.mkdir(parents=True)
+        for folder in (cache, module):
+            folder.chmod(0o755)
+        env = {"TVM_FFI_CACHE_DIR": str(cache)}
+        me = pwd.getpwuid(os.getuid()).pw_name
+        with pytest.raises(ServeError) as refused:
+            unit.check_user(env, user, "r")
+        assert refused.value.message == (
+            f"[serve] user 'daemon': the JIT cache TVM_FFI_CACHE_DIR={cache} is not writable by it: daemon cannot "
+            f"write in {cache} (owned by {me}:{me}, mode drwxr-xr-x) (tvm-ffi locks and runs ninja in each "
+            "module's folder, even one already built)")
+        assert refused.value.hint is not None and refused.value.hint.startswith(f"sudo chown -R daemon {cache} ")
+        cache.chmod(0o777)  # the folder itself, but not the module the prewarm built in it
+        with pytest.raises(ServeError, match=f"daemon cannot write in {module} "):
+            unit.check_user(env, user, "r")
+        module.chmod(0o777)
+        unit.check_user(env, user, "r")
+        # Not made yet: the folder it would be created in must let the user; one it cannot enter is named.
+        unit.check_user({"TVM_FFI_CACHE_DIR": str(cache / "later" / "x")}, user, "r")
+        with pytest.raises(ServeError, match=f"daemon cannot create {base} "):
+            unit.check_user({"TVM_FFI_CACHE_DIR": str(base / "new")}, user, "r")
+        with pytest.raises(ServeError, match=f"daemon cannot reach {tmp_path}/c: it may not enter "):
+            unit.check_user({"TVM_FFI_CACHE_DIR": str(tmp_path / "c")}, user, "r")
+        with pytest.raises(ServeError, match="there is no user 'no-such-user-bk' on this host"):
+            unit.check_user(env, "no-such-user-bk", "r")
+        unit.check_user({"TVM_FFI_CACHE_DIR": str(tmp_path / "c")}, "", "r")  # no User=: root writes anywhere
+        text = unit.render([sys.executable, "-m", "sglang.launch_server"], env, name="build-kernel-r",
+                           description="d", timeout_s=60, user=user)
+        assert "User=daemon" in text.splitlines()
+        if shutil.which("systemd-analyze"):
+            assert unit.verify(text, "build-kernel-r", os.environ) is None
+    finally:
+        shutil.rmtree(base)

@@ -148,3 +148,41 @@ def test_the_record_is_reused_for_the_same_bytes_and_checks_only(tmp_path: Path)
     # A static-only record does not let publish through.
     with pytest.raises(VerifyError, match="verified statically only"):
         require_verified(wheel)
+
+
+FP4_TU = r"""
+#include <cuda_fp4.h>
+__global__ void quant(const float2* x, __nv_fp4x2_storage_t* y) {
+  y[threadIdx.x] = __nv_cvt_float2_to_fp4x2(x[threadIdx.x], __NV_E2M1, cudaRoundNearest);
+}
+"""
+
+
+@pytest.mark.slow
+def test_fp4_counts_are_kept_by_content(tmp_path: Path) -> None:
+    """A library of three TUs (one cubin each; one with an FP4 conversion): the absence proof of the two others
+    disassembles every cubin, once; a second scan of the same bytes takes their kept counts."""
+    from build_kernel.stages.verify import cubins
+
+    for name, text in (("a.cu", KERNEL), ("b.cu", KERNEL.replace("scale", "shift").replace("*=", "+=")),
+                       ("fp4.cu", FP4_TU)):
+        (tmp_path / name).write_text(text)
+    gencode = "-gencode=arch=compute_120a,code=sm_120a"
+    plain, mixed = tmp_path / "libplain.so", tmp_path / "libmixed.so"
+    for out, sources in ((plain, ["a.cu", "b.cu"]), (mixed, ["a.cu", "b.cu", "fp4.cu"])):
+        subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", gencode, "-o", str(out),
+                        *(str(tmp_path / s) for s in sources)], check=True, capture_output=True)
+    env = cubins.tool_env(dict(os.environ))
+    tool, patterns, kept = cubins.cuobjdump(env), ("F2FP\\.\\S*E2M1", "E2M1"), tmp_path / "kept"
+    first = cubins.fp4_scan(plain, "sm_120a", patterns, tool, env, tmp_path / "w1", 2, counts_dir=kept)
+    n = first.total  # a cubin per TU, and one nvcc adds
+    assert (first.matches, first.scanned, first.kept) == ({p: 0 for p in patterns}, n, 0) and n >= 2
+    again = cubins.fp4_scan(plain, "sm_120a", patterns, tool, env, tmp_path / "w2", 2, counts_dir=kept)
+    assert (again.matches, again.scanned, again.kept) == (first.matches, n, n)
+    assert again.describe("sm_120a") == f"{n} of {n} sm_120a cubins disassembled, {n} of them by their kept counts"
+    # The same TUs in another library: their cubins' bytes are kept; only the FP4 one is disassembled.
+    both = cubins.fp4_scan(mixed, "sm_120a", patterns, tool, env, tmp_path / "w3", 2, counts_dir=kept, complete=True)
+    assert both.matches[patterns[0]] >= 1 and (both.scanned, both.kept) == (n + 1, n)
+    # Other patterns are other counts: nothing kept applies.
+    other = cubins.fp4_scan(plain, "sm_120a", ("OMMA",), tool, env, tmp_path / "w4", 2, counts_dir=kept)
+    assert other.kept == 0

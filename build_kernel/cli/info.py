@@ -89,11 +89,13 @@ def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
     from build_kernel.stages.build import jobserver, ninja_order, planner, scheduling
 
     default = scheduling.default_bytes(p)
-    tus = planner.plan_tus(scheduling.db_path(p), default, shipped=scheduling.shipped_tus(p))
+    tus = planner.plan_tus(scheduling.db_path(p), default, shipped=scheduling.shipped_tus(p),
+                           project=scheduling.plan_project(p))
     name, where = scheduling.setting(p)
     effect = name if name != "auto" else "governor" if jobserver.supports_jobserver(ninja_version) else "static"
     shipped = Path(p.recipe.build.order_profile) if p.recipe.build.order_profile else None
-    order = ninja_order.preview(ninja_order.predictions(scheduling.db_path(p), shipped, []))
+    order = ninja_order.preview(ninja_order.predictions(scheduling.db_path(p), shipped, [],
+                                                        project=scheduling.plan_project(p)))
     return {"scheduler": name, "scheduler_from": where, "in_effect": effect, "ninja": ninja_version,
             "profile": str(scheduling.db_path(p)) if p.recipe.build.profile else None,
             "default_gb": round(default / 1024**3, 2), "order": order,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.table import Table
@@ -10,6 +11,7 @@ from rich.table import Table
 from build_kernel.archs import parse_arch_list
 from build_kernel.cli.options import Options, emit
 from build_kernel.log import styled
+from build_kernel.plan import default_cache_dir
 from build_kernel.stages.verify.installed import Diagnosis, examine
 
 UNHEALTHY = 7  # verify's exit code
@@ -37,7 +39,8 @@ def _table(d: Diagnosis) -> Table:
         table.add_row("FP4", f"{f.arch}: {f.how}: {f.detail}")
     if d.sglang:
         table.add_row("sglang", f"{d.sglang}: " + (f"imports {', '.join(sorted(d.api_missing))} it lacks"
-                                                 if d.api_missing else "every name it imports is there"))
+                                                 if d.api_missing else "every name it imports is there")
+                      + (f"; kernels: {d.sglang_kernels}" if d.sglang_kernels else ""))
     for p in d.problems:
         table.add_row(styled("problem", "red"), f"{d.label} {p.text}: {p.fix or d.fix}")  # each text continues the name
     for st in d.stale:
@@ -51,7 +54,9 @@ def _table(d: Diagnosis) -> Table:
 def doctor_installed(opts: Options, python: str | None) -> None:
     """Print the diagnosis (JSON or a table ending in the verdict); exit 7 unless healthy."""
     archs = parse_arch_list(opts.arch) if opts.arch else None
-    d = examine(python or sys.executable, archs=archs, env=opts.env, recipe_name=opts.recipe)
+    cache = opts.cache_dir or Path(opts.env.get("BUILD_KERNEL_CACHE_DIR") or default_cache_dir(opts.env))
+    d = examine(python or sys.executable, archs=archs, env=opts.env, recipe_name=opts.recipe,
+                counts_dir=cache / "sass-counts")
     emit(opts, d.to_dict(), _table(d))
     if not opts.json:
         click.echo(d.verdict())

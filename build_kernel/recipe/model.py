@@ -192,6 +192,8 @@ class Serve:
                                        "the `a` variant of the GPU's arch); empty: [build] arch.", factory=tuple)
     jit_cache_dir: str = _doc("`TVM_FFI_CACHE_DIR` of the prewarm and of the server (unit, launch); empty: "
                               "`tvm-ffi-cache/` beside the serve environment.", "")
+    user: str = _doc("`User=` of the systemd unit (`serve --unit`); the JIT cache (`jit_cache_dir`) must be writable "
+                     "by it, or the unit is refused with the fix; empty: no `User=` (the unit runs as root).", "")
     jit_sass: tuple[str, ...] = _doc("SASS regexes counted in each prewarmed module; each module must show one "
                                      "(e.g. `['OMMA\\.SF\\.\\S*E2M1', 'E2M1']`); empty: archs only.",
                                      factory=tuple)

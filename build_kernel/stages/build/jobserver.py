@@ -111,7 +111,10 @@ class Governor:
         self.edges, self.strip, self._edges_mtime = edges, list(strip), -1
         # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu` (the fallback match).
         self._keys = sorted(self.predictions, key=len, reverse=True)
-        self._key_of_pid: dict[int, str] = {}
+        # Keyed by (pid, start time), never the pid alone: the kernel hands a finished job's pid to a later
+        # process once its pid space wraps (pid_max 32768 on many hosts, and a build runs tens of thousands
+        # of processes), and that later job, another TU, must count as started and be charged its own peak.
+        self._key_of_job: dict[tuple[int, int], str] = {}
         self._fd = -1
         self._tokens_out = 0
         self._stop = threading.Event()
@@ -216,7 +219,8 @@ class Governor:
         # Only a match is remembered: a child read between ninja's fork and its exec still shows
         # ninja's own command line, and a `None` kept from then would never count that TU as
         # started and charge it the default rather than its prediction.
-        key = self._key_of_pid.get(pid)
+        ident = (pid, _start_time(pid))
+        key = self._key_of_job.get(ident)
         if key is None:
             argv = _argv(pid)
             described = compiled(argv, self.strip) if argv else None
@@ -226,7 +230,7 @@ class Governor:
                 cmdline = " ".join(argv)
                 key = next((k for k in self._keys if k in cmdline), described.source if described else None)
             if key is not None:
-                self._key_of_pid[pid] = key
+                self._key_of_job[ident] = key
                 self.stats.started.append(key)
                 if self.waiting[key] > 0:
                     self.waiting[key] -= 1
@@ -294,6 +298,17 @@ def _comm(pid: int) -> str:
             return fh.read().strip()
     except OSError:
         return ""
+
+
+def _start_time(pid: int) -> int:
+    """When the process started (clock ticks since boot; /proc/PID/stat field 22), -1 once it is gone:
+    with the pid, the process's identity (a pid alone is reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            # The fields after the command name, which may itself hold spaces and parentheses.
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _exe(pid: int) -> str:

@@ -315,12 +315,14 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
-def predictions(db: Path, shipped: Path | None, strip: Sequence[Path | str]) -> dict[str, Any]:
+def predictions(db: Path, shipped: Path | None, strip: Sequence[Path | str], *,
+                project: str | None = None) -> dict[str, Any]:
     """What the wrapper orders by: the recorded profile's p90 wall per (source, digest) and per source, the
-    shipped file's; `strip`: the recorder's --strip roots (the source tree first), to name sources as it does."""
+    shipped file's; `strip`: the recorder's --strip roots (the source tree first), to name sources as it does;
+    `project`: whose rows (scheduling.project_key; None: every row)."""
     from build_kernel.stages.build import profile
 
-    rows = profile.rows(db)
+    rows = profile.rows(db, project=project)
     by_source: dict[str, list[profile.Compile]] = {}
     for r in rows:
         if r.source:

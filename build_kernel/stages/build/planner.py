@@ -45,10 +45,10 @@ def known_sources(recorded: Sequence[profile.Compile]) -> list[tuple[str, str]]:
 
 
 def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | None]] | None = None,
-             shipped: Mapping[str, tuple[float, float]] | None = None) -> list[TU]:
+             shipped: Mapping[str, tuple[float, float]] | None = None, *, project: str | None = None) -> list[TU]:
     """A prediction per TU: the given (source, flags digest) pairs, or every TU the profile or the
     shipped profile (`shipped`: source -> (seconds, peak GB)) knows."""
-    recorded = profile.rows(db)
+    recorded = profile.rows(db, project=project)  # another project's same-named TU is not this one
     shipped = shipped or {}
     wanted: list[tuple[str, str | None]] = list(sources) if sources is not None else list(known_sources(recorded))
     if sources is None:

@@ -4,6 +4,12 @@
 a long busy timeout), read by the planner: a TU's memory is a high percentile of its
 recorded tree peaks (not the mean: the planner must not under-predict), by source and
 flags digest, falling back to the same source under other flags.
+
+Sources are named relative to the build's tree (recorder --strip), so a moved checkout of a project
+finds its rows; projects sharing a cache may then name different files alike (`csrc/kernel.cu`), so
+each row also says whose it is (`project`, scheduling.project_key: the recipe's source repository and
+subdir) and a project reads its own rows. Rows recorded before that column existed belong to no
+project: they still count, for a source the project has no row of its own for.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Compile:
     oom_kill: int  # 1: SIGKILL, exit 137, an OOM kill in its cgroup meanwhile, or the compiler saying a step was killed
     cgroup_oom_kills: int  # OOM kills in the recorder's own cgroup while the compile ran
     cwd: str
+    project: str = ""  # scheduling.project_key of the build; "" for rows recorded before it was kept
 
 
 assert tuple(f.name for f in fields(Compile)) == recorder.COLUMN_NAMES, "profile.Compile and recorder.COLUMNS differ"
@@ -51,18 +58,24 @@ assert tuple(f.name for f in fields(Compile)) == recorder.COLUMN_NAMES, "profile
 def insert(db: Path, rows: Iterable[Compile]) -> None:
     recorder.insert(db, [astuple(r) for r in rows])
 
-def rows(db: Path, source: str | None = None) -> list[Compile]:
-    """Every recorded compile (of one source), oldest first; none when there is no profile yet."""
+def rows(db: Path, source: str | None = None, *, project: str | None = None) -> list[Compile]:
+    """Every recorded compile (of one source), oldest first; none when there is no profile yet. With `project`:
+    its own rows, and the unkeyed rows of older profiles for the sources it has none of its own for."""
     if not db.is_file():
         return []
     names = [f.name for f in fields(Compile)]
-    conn = recorder.connect(db)
+    conn = recorder.connect(db)  # adds `project` to an older profile
     try:
         where, args = ("WHERE source = ?", (source,)) if source is not None else ("", ())
         cur = conn.execute(f"SELECT {', '.join(names)} FROM compiles {where} ORDER BY id", args)
-        return [Compile(*r) for r in cur.fetchall()]
+        # `project` NULL: a row of an older profile.
+        found = [Compile(**{**dict(zip(names, r, strict=True)), "project": r[-1] or ""}) for r in cur.fetchall()]
     finally:
         conn.close()
+    if project is None:
+        return found
+    own = {r.source for r in found if r.project == project}
+    return [r for r in found if r.project == project or (not r.project and r.source not in own)]
 
 
 def percentile(values: Sequence[float], q: float = PERCENTILE) -> float:

@@ -1,6 +1,6 @@
 """The profile recorder: a compiler launcher that measures each compile into the profile.
 
-    python -S .../build_kernel/stages/build/recorder.py --db PATH [--strip [LABEL=]DIR]... -- [cache launcher] compiler args...
+    python -S .../build_kernel/stages/build/recorder.py --db PATH [--project KEY] [--strip [LABEL=]DIR]... -- [cache launcher] compiler args...
     (or python -m build_kernel.stages.build.recorder ...: the same, 0.5-1 s slower to start)
 
 CMake puts it in front of every CUDA/C++ compile (`CMAKE_<LANG>_COMPILER_LAUNCHER`), before
@@ -47,11 +47,13 @@ COLUMNS = (("at", "REAL"), ("source", "TEXT"), ("output", "TEXT"), ("compiler", 
            ("archs", "TEXT"), ("threads", "INTEGER"), ("wall_s", "REAL"), ("cpu_s", "REAL"), ("user_s", "REAL"),
            ("sys_s", "REAL"), ("tree_peak_mb", "REAL"), ("max_rss_mb", "REAL"), ("peak_procs", "INTEGER"),
            ("exit", "INTEGER"), ("signal", "INTEGER"), ("oom_kill", "INTEGER"), ("cgroup_oom_kills", "INTEGER"),
-           ("cwd", "TEXT"))
+           ("cwd", "TEXT"), ("project", "TEXT"))
+# A profile written before `project` existed has rows without it: the column is added on open (NULL there).
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
 
 def connect(db: str | os.PathLike[str]):  # type: ignore[no-untyped-def]  # sqlite3 is imported lazily (see above)
+    import contextlib
     import sqlite3
 
     os.makedirs(os.path.dirname(os.fspath(db)) or ".", exist_ok=True)
@@ -61,6 +63,11 @@ def connect(db: str | os.PathLike[str]):  # type: ignore[no-untyped-def]  # sqli
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL without an fsync per compile: a profile, not a ledger
     cols = ", ".join(f"{n} {t}" for n, t in COLUMNS)
     conn.execute(f"CREATE TABLE IF NOT EXISTS compiles (id INTEGER PRIMARY KEY, {cols})")
+    have = {row[1] for row in conn.execute("PRAGMA table_info(compiles)")}
+    for name, kind in COLUMNS:
+        if name not in have:  # an older profile: its rows stay, read with this column empty
+            with contextlib.suppress(sqlite3.OperationalError):  # another recorder added it first
+                conn.execute(f"ALTER TABLE compiles ADD COLUMN {name} {kind}")
     conn.execute("CREATE INDEX IF NOT EXISTS by_source ON compiles (source, flags_digest)")
     return conn
 
@@ -288,8 +295,11 @@ def _spawn(cmd: Sequence[str], tee: bool) -> tuple[int, int | None]:
     return pid, read
 
 
-def record(cmd: Sequence[str], db: str | os.PathLike[str], strip: Sequence[str] = (), interval: float = SAMPLE_S) -> int:
-    """Run the compile, record it, return the exit code to pass on (128+N for signal N, as shells do)."""
+def record(cmd: Sequence[str], db: str | os.PathLike[str], strip: Sequence[str] = (), interval: float = SAMPLE_S,
+           project: str = "") -> int:
+    """Run the compile, record it, return the exit code to pass on (128+N for signal N, as shells do).
+    `project`: whose compile it is (scheduling.project_key), so that projects sharing a cache, whose
+    sources have the same relative names, keep their own predictions."""
     counter = own_cgroup()
     kills0, at, t0 = _oom_counter(counter), time.time(), time.monotonic()
     # The compiler's own words name a kill of a step it ran (cc1plus under g++, cicc under nvcc), which
@@ -323,7 +333,7 @@ def record(cmd: Sequence[str], db: str | os.PathLike[str], strip: Sequence[str] 
     row = (at, d.source, d.output, d.compiler, d.flags_digest, d.archs, d.threads, round(wall, 3),
            round(usage.ru_utime + usage.ru_stime, 3), round(usage.ru_utime, 3), round(usage.ru_stime, 3),
            round(max(sampler.peak, usage.ru_maxrss * 1024) / MB, 1), round(usage.ru_maxrss / 1024, 1),
-           max(sampler.procs, 1), code, sig, int(oom), kills, os.getcwd())
+           max(sampler.procs, 1), code, sig, int(oom), kills, os.getcwd(), project)
     try:
         insert(db, [row])
     except Exception as exc:  # a profile that cannot be written must not fail the compile
@@ -337,11 +347,12 @@ def record(cmd: Sequence[str], db: str | os.PathLike[str], strip: Sequence[str] 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" not in args:
-        print("usage: python -S recorder.py --db PATH [--strip [LABEL=]DIR]... -- COMMAND...", file=sys.stderr)
+        print("usage: python -S recorder.py --db PATH [--project KEY] [--strip [LABEL=]DIR]... -- COMMAND...",
+              file=sys.stderr)
         return 2
     split = args.index("--")
     opts, cmd = args[:split], args[split + 1:]
-    db, strip, interval = None, [], SAMPLE_S
+    db, strip, interval, project = None, [], SAMPLE_S, ""
     for key, value in zip(opts[::2], opts[1::2], strict=False):
         if key == "--db":
             db = value
@@ -349,10 +360,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             strip.append(value)
         elif key == "--interval":
             interval = float(value)
+        elif key == "--project":
+            project = value
     if db is None or not cmd:
         print("build-kernel recorder: --db PATH and a command after -- are needed", file=sys.stderr)
         return 2
-    return record(cmd, db, strip, interval)
+    return record(cmd, db, strip, interval, project)
 
 
 if __name__ == "__main__":

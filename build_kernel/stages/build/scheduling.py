@@ -3,7 +3,7 @@
 `[build] profile = true` puts the recorder in front of every CUDA/C++ compile, composed
 with the compile-cache launcher when there is one:
 
-    CMAKE_<LANG>_COMPILER_LAUNCHER = <python>;-S;<...>/recorder.py;--db;<db>;--strip;<src>;--strip;deps/<name>=<dir>;...;--;<cache launcher...>
+    CMAKE_<LANG>_COMPILER_LAUNCHER = <python>;-S;<...>/recorder.py;--db;<db>;--project;<key>;--strip;<src>;--strip;deps/<name>=<dir>;...;--;<cache launcher...>
 
 (sources named relative to the tree, a dependency's as `deps/<its FetchContent name>/...`, so that a
 profile measured on another machine, cache folder or dependency pin names them alike)
@@ -21,6 +21,7 @@ start longest first by the recorded (else the recipe's shipped) compile times.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,36 @@ ENV = "BUILD_KERNEL_SCHEDULER"  # --compile-scheduler sets it
 
 def db_path(plan: Plan) -> Path:
     return plan.cache_dir / profile.FILE
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/]*@)?([^/]*)(/.*)?$")  # scheme://[user@]host[/path]
+_SCP = re.compile(r"^(?:[^@/:]+@)?([^/:]{2,}):(?!//)(.+)$")  # git's user@host:path form (not C:\ nor a scheme)
+
+
+def project_key(repo: str, subdir: str = "") -> str:
+    """Whose compiles a profile row holds: the recipe's source repository and subdir, spelled alike however the
+    URL is written (`https://github.com/o/r.git`, `git@github.com:o/r` -> `github.com/o/r`), so one project
+    reads its rows wherever it is checked out and built, and another project in the same cache does not.
+    A local repository is known by its folder's name (`local:NAME`): moved, it is still itself."""
+    text = repo.strip().rstrip("/").removesuffix(".git").rstrip("/")
+    url, scp = _URL.match(text), _SCP.match(text)
+    if text.startswith("example:"):
+        key = text  # a bundled miniature, by its name
+    elif text.startswith("file:") or text.startswith(("/", "./", "../", "~")) or (url is None and scp is None
+                                                                                and "/" in text):
+        key = "local:" + Path(text.removeprefix("file://")).name
+    elif url is not None:
+        key = url.group(1).lower() + (url.group(2) or "")
+    elif scp is not None:
+        key = f"{scp.group(1).lower()}/{scp.group(2).lstrip('/')}"
+    else:
+        key = "local:" + text  # a bare folder name
+    sub = subdir.strip("/")
+    return f"{key}/{sub}" if sub else key
+
+
+def plan_project(plan: Plan) -> str:
+    return project_key(plan.recipe.source.repo, plan.recipe.source.subdir)
 
 
 def default_bytes(plan: Plan) -> int:
@@ -62,7 +93,7 @@ def recorder_command(plan: Plan, python: str, src: Path, defines: Mapping[str, s
     if not plan.recipe.build.profile:
         return []
     strip = [w for root in strip_roots(src, defines) for w in ("--strip", root)]
-    return [python, "-S", RECORDER, "--db", str(db_path(plan)), *strip, "--"]
+    return [python, "-S", RECORDER, "--db", str(db_path(plan)), "--project", plan_project(plan), *strip, "--"]
 
 
 def launcher_defines(plan: Plan, python: str, src: Path, defines: Mapping[str, str]) -> dict[str, str]:
@@ -93,7 +124,7 @@ def make_program(plan: Plan, python: str, ninja: str | None, work: Path, src: Pa
     if not real:
         return dict(defines)  # no ninja found: scikit-build-core says so
     shipped = Path(plan.recipe.build.order_profile) if plan.recipe.build.order_profile else None
-    data = ninja_order.predictions(db_path(plan), shipped, strip_roots(src, defines))
+    data = ninja_order.predictions(db_path(plan), shipped, strip_roots(src, defines), project=plan_project(plan))
     script = ninja_order.install(work / "bin", python=python, ninja=real, build_dir=work / "cmake", data=data)
     return {**defines, "CMAKE_MAKE_PROGRAM": str(script)}
 
@@ -129,7 +160,7 @@ def choose(plan: Plan, ninja_version: str | None, work: Path, strip: Sequence[st
     if name not in SCHEDULERS:
         # The recipe's value was checked at load: this is the environment's.
         raise RecipeError([f"{where}: scheduler {name!r} is not one of {', '.join(SCHEDULERS)} (e.g. {ENV}=governor)"])
-    tus = planner.plan_tus(db_path(plan), default_bytes(plan), shipped=shipped_tus(plan))
+    tus = planner.plan_tus(db_path(plan), default_bytes(plan), shipped=shipped_tus(plan), project=plan_project(plan))
     if name == "static":
         return Scheduling(None, tus, plan.jobs.derivation)
     if not jobserver.supports_jobserver(ninja_version):

@@ -91,7 +91,9 @@ class ServeStage:
 
         name = unit.unit_name(ctx.plan.recipe.name)
         env = {**ctx.plan.recipe.serve.env, **jit_prewarm.jit_env(ctx.plan, cmd.python, cmd.env)}
-        text = unit.render(cmd.argv, env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s,
+        user = ctx.plan.recipe.serve.user
+        unit.check_user(env, user, ctx.plan.recipe.name)  # before anything is written
+        text = unit.render(cmd.argv, env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s, user=user,
                            description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
         self.result["unit"] = {"name": f"{name}.service", "text": text,
                                "verified": unit.verify(text, name, ctx.plan.env) or "systemd-analyze verify passed"}

@@ -33,7 +33,10 @@ def _quote(word: str) -> str:
     return f'"{escaped}"'
 
 
-def render(argv: Sequence[str], env: Mapping[str, str], *, name: str, description: str, timeout_s: float) -> str:
+def render(argv: Sequence[str], env: Mapping[str, str], *, name: str, description: str, timeout_s: float,
+           user: str = "") -> str:
+    """The unit; `user`: its `User=` (systemd then makes StateDirectory/CacheDirectory that user's; any other
+    folder it writes, the JIT cache, is checked by `check_user` first)."""
     state, cache = f"/var/lib/{name}", f"/var/cache/{name}"
     jit_env = {"HOME": state, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": f"{cache}/triton",
                "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "FLASHINFER_WORKSPACE_BASE": cache}
@@ -46,6 +49,7 @@ def render(argv: Sequence[str], env: Mapping[str, str], *, name: str, descriptio
         "",
         "[Service]",
         "Type=simple",
+        *([f"User={user}"] if user else []),
         f"ExecStart={' '.join(_quote(w) for w in argv)}",
         *(f"Environment={_quote(f'{k}={v}')}" for k, v in sorted({**jit_env, **env}.items())),
         f"StateDirectory={name}",
@@ -82,6 +86,23 @@ def verify(text: str, name: str, env: Mapping[str, str]) -> str | None:
         raise ServeError(f"systemd-analyze verify refuses the unit: {(ours or ['exit ' + str(proc.returncode)])[0]}",
                          hint="fix [serve] (python, env) in the recipe")
     return None
+
+
+def check_user(env: Mapping[str, str], user: str, recipe: str) -> None:
+    """Refuse a unit whose `User=` could not write the tvm-ffi cache its `TVM_FFI_CACHE_DIR` names."""
+    from build_kernel.stages.serve import unit_user
+    from build_kernel.stages.serve.jit_prewarm import CACHE_VAR
+
+    folder = env.get(CACHE_VAR)
+    if not user or not folder:
+        return  # root writes anywhere; no JIT cache, nothing to write
+    why = unit_user.problem(Path(folder), user)
+    if why is not None:
+        raise ServeError(f"[serve] user {user!r}: the JIT cache {CACHE_VAR}={folder} is not writable by it: {why} "
+                         "(tvm-ffi locks and runs ninja in each module's folder, even one already built)",
+                         hint=f"sudo chown -R {user} {folder} (after every `build-kernel jit-prewarm --recipe {recipe}` "
+                              f"run as another user), or set [serve] jit_cache_dir to a folder {user} owns and "
+                              "prewarm again")
 
 
 def write(text: str, path: Path) -> None:

@@ -57,9 +57,11 @@ class VerifyStage:
         reports = self.reports
         for wheel in ctx.wheels:
             cuda_home = ctx.build.cuda_home if ctx.build and ctx.build.wheel == wheel else wheel_cuda_home(wheel)
+            cubins_counts = "sass-counts"  # each cubin's FP4 opcode counts, by content (cubins.fp4_scan)
             report = checks.verify(wheel, ctx.plan.recipe.verify, ctx.plan.archs, env=ctx.env, python=python,
                                    gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck,
-                                   static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda)
+                                   static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda,
+                                   counts_dir=ctx.plan.cache_dir / cubins_counts)
             if report.from_record:
                 log.info(f"{wheel.name}: verified before with the same checks (record {wheel.name}{RECORD_SUFFIX}; "
                          "--recheck runs them again)")

@@ -42,13 +42,14 @@ LIBRARY = re.compile(r"\.so(\.\d+)*$")
 
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[str, str],
            python: str = sys.executable, gpu_check: str = "", cuda_home: str | None = None,
-           reuse: bool = False, static: bool = False, want_cuda: str = "") -> Report:
+           reuse: bool = False, static: bool = False, want_cuda: str = "", counts_dir: Path | None = None) -> Report:
     """Check one wheel; write `<wheel>.verify.json`; return the report.
 
     `env` is the base of the tools' and the probe's environments (the plan's).
     `reuse`: a passing record of these bytes under the same checks is returned as is.
     `static`: device code only, no import (a wheel for another torch or CUDA, a host without torch).
     `want_cuda`: the CUDA the recipe targets; libraries linking another major's CUDA libraries are a warning.
+    `counts_dir`: where each cubin's FP4 opcode counts are kept by its content (cubins.fp4_scan).
     """
     digest = checks_digest({"spec": spec, "archs": [a.sm for a in archs], "gpu_check": gpu_check or spec.gpu_check,
                             "python": python, "static": static, "want_cuda": want_cuda})
@@ -62,7 +63,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         tmp = Path(tmp_str)
         site = tmp / "site"
         libs, aliases = unpack(wheel, site, libraries_only=static)
-        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp)
+        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp, counts_dir)
         _cuda_linked(report, libs, want_cuda)
         _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
@@ -121,7 +122,8 @@ def _library(so: Path, rel: str, found: cubins.Listing, spec: Verify, archs: tup
 
 
 def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
-                   archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path) -> None:
+                   archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path,
+                   counts_dir: Path | None = None) -> None:
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool:
         listings = list(pool.map(lambda so: cubins.listing(so, tool, env), libs))
@@ -133,7 +135,7 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
         lib.aliases = aliases.get(so, [])
         rule = rule_for(rel, spec)
         if lib.applies and rule.fp4 and spec.fp4_sass:  # FP4 of the asked archs whose GPUs load it
-            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers)
+            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers, counts_dir)
         report.libraries.append(lib)
     if not report.libraries:
         report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
@@ -173,12 +175,13 @@ def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:
 
 
 def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, archs: tuple[Arch, ...], tool: str,
-         env: Mapping[str, str], tmp: Path, workers: int) -> None:
+         env: Mapping[str, str], tmp: Path, workers: int, counts_dir: Path | None) -> None:
     fp4_archs = [a for a in archs if a.fp4_capable]
     lib.fp4_matches = {}
     scans = []
     for arch in (a for a in fp4_archs if a.sm in lib.archs):
-        scan = cubins.fp4_scan(so, arch.sm, spec.fp4_sass, tool, cubins.tool_env(env), tmp / "cubins", workers)
+        scan = cubins.fp4_scan(so, arch.sm, spec.fp4_sass, tool, cubins.tool_env(env), tmp / "cubins", workers,
+                               counts_dir=counts_dir)
         lib.fp4_matches.update({f"{arch.sm}:{p}": n for p, n in scan.matches.items()})
         scans.append(scan.describe(arch.sm))
     lib.fp4_scanned = "; ".join(scans)

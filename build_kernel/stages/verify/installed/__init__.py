@@ -17,7 +17,7 @@ from build_kernel.recipe import Verify
 from build_kernel.stages.serve import api, environment
 from build_kernel.stages.serve.preflight import same_torch
 from build_kernel.stages.verify import checks, cubins, diagnose
-from build_kernel.stages.verify.installed import fp4, gpus, origin, stale, torch_abi, verdict
+from build_kernel.stages.verify.installed import fp4, gpus, origin, sglang_layout, stale, torch_abi, verdict
 from build_kernel.stages.verify.installed.verdict import Problem
 from build_kernel.stages.verify.report import LibraryReport, Report
 from build_kernel.stages.verify.rules import rule_for
@@ -36,6 +36,7 @@ class Diagnosis:
     libraries: list[LibraryReport] = field(default_factory=list)
     fp4: list[fp4.Fp4] = field(default_factory=list)
     sglang: str | None = None
+    sglang_kernels: str = ""  # where that sglang keeps its kernels (sglang_layout: jit_kernel/ or 0.5.23's kernels/)
     api_missing: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -134,10 +135,11 @@ def _torch_problems(d: Diagnosis, libs: list[Path]) -> None:
 
 
 def _device_code(d: Diagnosis, root: Path, libs: list[Path], spec: Verify, archs: tuple[Arch, ...],
-                 kernel_names: set[str], sglang_root: str | None, env: Mapping[str, str]) -> None:
+                 kernel_names: set[str], sglang_root: str | None, env: Mapping[str, str],
+                 counts_dir: Path | None) -> None:
     report = Report("installed", "", [a.sm for a in archs])
     with tempfile.TemporaryDirectory(prefix="bk-doctor-") as tmp:
-        checks.static_checks(report, root, libs, {}, spec, archs, cubins.cuobjdump(env), env, Path(tmp))
+        checks.static_checks(report, root, libs, {}, spec, archs, cubins.cuobjdump(env), env, Path(tmp), counts_dir)
     d.libraries = report.libraries
     for lib in (lib for lib in d.libraries if lib.missing):
         has = ", ".join([*lib.archs, *(f"compute_{p[3:]} PTX" for p in lib.ptx)]) or "no device code"
@@ -176,9 +178,11 @@ def _api(d: Diagnosis, installed: environment.Installed, kernel_names: set[str],
 
 
 def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, str], recipe_name: str | None = None,
-            module: str | None = None) -> Diagnosis:
+            module: str | None = None, counts_dir: Path | None = None) -> Diagnosis:
     """Everything `doctor --installed` reports about `module` in `python` (default: the package the recipe
-    verifies, `[verify] import_modules`), and every other kernel package there whose torch is not this one."""
+    verifies, `[verify] import_modules`), and every other kernel package there whose torch is not this one;
+    `counts_dir`: where each cubin's FP4 opcode counts are kept by content (a second doctor of the same library
+    disassembles nothing)."""
     spec = recipe.load(recipe_name or verdict.DEFAULT_RECIPE).verify
     if module is None:
         if not spec.import_modules:
@@ -190,6 +194,9 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
     targets, targets_from = _targets(archs)
     d = Diagnosis(installed.python, module, [a.torch for a in targets], targets_from,
                   torch_abi.torch_here(installed.torch_root), sglang=installed.sglang)
+    if installed.sglang_root:
+        d.sglang_kernels = sglang_layout.of(installed.sglang_root).describe(
+            verdict.kernel_pin(installed.sglang_requires))
     picked = _pick(installed, module, d)
     if picked is not None:
         name, dist = picked
@@ -205,7 +212,7 @@ def examine(python: str, *, archs: tuple[Arch, ...] | None, env: Mapping[str, st
         d.cuda_linked = diagnose.cuda_majors(libs)
         _torch_problems(d, libs)
         kernel_names = api.defined_installed(root, module) or set()
-        _device_code(d, root, libs, spec, targets, kernel_names, installed.sglang_root, env)
+        _device_code(d, root, libs, spec, targets, kernel_names, installed.sglang_root, env, counts_dir)
         _api(d, installed, kernel_names, module)
     else:
         d.problems.append(Problem("installed", f"is not installed in {installed.python}"))

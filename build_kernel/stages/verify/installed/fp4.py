@@ -5,18 +5,19 @@ From f88acf878 (2026-03-07, sglang-kernel >= 0.4) the NVFP4 kernels are compiled
 the kernel package no longer has them: the real sglang-kernel 0.4.10 wheel holds no FP4
 instruction, no FP4 function (`scaled_fp4_quant`, `cutlass_scaled_fp4_mm`) and no FP4 source.
 The JIT sources ship in sglang instead: `sglang/jit_kernel/nvfp4.py` defines those functions and
-compiles `sglang/jit_kernel/csrc/gemm/nvfp4/*.cuh` on first use. So: a kernel package that defines
+compiles `sglang/jit_kernel/csrc/gemm/nvfp4/*.cuh` on first use (in sglang 0.5.23's `sglang/kernels/`
+layout, an op under `kernels/ops/` compiles `kernels/jit/csrc/` sources: sglang_layout). So: a kernel package that defines
 the FP4 functions promises them ahead of time; one that does not leaves FP4 to sglang's JIT.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
-from pathlib import Path
 
-JIT_MODULE = "jit_kernel/nvfp4.py"
-JIT_SOURCES = "jit_kernel/csrc"
+from build_kernel.stages.verify.installed import sglang_layout
+
+# Where the JIT was looked for, for the messages: either layout.
+JIT_WHERE = f"sglang/{sglang_layout.OLD_JIT_MODULE}, or an op of sglang/{sglang_layout.OPS}/ loading nvfp4 sources"
 
 
 @dataclass(frozen=True)
@@ -37,21 +38,9 @@ def api(spec_ops: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def jit_in_sglang(sglang_root: str | None, names: tuple[str, ...]) -> str | None:
-    """Where sglang's NVFP4 JIT lives (its module, defining one of `names`, and its CUDA sources); None if absent."""
-    if not sglang_root:
-        return None
-    module = Path(sglang_root) / JIT_MODULE
-    if not module.is_file():
-        return None
-    try:
-        tree = ast.parse(module.read_text(errors="replace"))
-    except SyntaxError:
-        return None
-    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    sources = [p for p in (Path(sglang_root) / JIT_SOURCES).rglob("*") if "nvfp4" in p.name and p.suffix in (".cuh", ".cu")]
-    if not (defined & set(names)) or not sources:
-        return None
-    return f"{module} ({len(sources)} nvfp4 CUDA sources under {JIT_SOURCES}/)"
+    """Where sglang's NVFP4 JIT lives (its module(s) and CUDA sources), in the `jit_kernel/` layout or the
+    `kernels/` one of sglang 0.5.23 (sglang_layout); None if absent."""
+    return sglang_layout.nvfp4_jit(sglang_root, names)
 
 
 def classify(arch: str, aot_matches: dict[str, int] | None, library: str, kernel_names: set[str],
@@ -69,6 +58,6 @@ def classify(arch: str, aot_matches: dict[str, int] | None, library: str, kernel
         return Fp4(arch, "jit", f"by JIT at first use: sglang {sglang} compiles it ({jit}); none ahead of time")
     if sglang:
         return Fp4(arch, "absent", f"none ahead of time in {library}, and sglang {sglang} here has no NVFP4 JIT "
-                                   f"(sglang/{JIT_MODULE})")
+                                   f"({JIT_WHERE})")
     return Fp4(arch, "jit-without-sglang", "none ahead of time: this kernel leaves FP4 to sglang's JIT "
-                                           f"(sglang/{JIT_MODULE}), and no sglang that has it is installed")
+                                           f"({JIT_WHERE}), and no sglang that has it is installed")
