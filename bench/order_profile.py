@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("raw", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--series", default="v2", help="the patch series the measured build applied")
-    # What the build's ETA compares with its own (build_kernel.stages.build.scheduling.profile_note).
+    # What the build's ETA compares with its own (build_kernel.stages.builder.scheduling.profile_note).
     parser.add_argument("--archs", default="12.0a", help="TORCH_CUDA_ARCH_LIST of the measured build")
     parser.add_argument("--commit", default="6ffc74efd7d23627c0245efb61af7f62cde4a970", help="the measured pin")
     args = parser.parse_args()

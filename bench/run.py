@@ -28,8 +28,8 @@ from build_kernel import recipe
 from build_kernel.plan import resolve
 from build_kernel.resources import probe
 from build_kernel.series import load_series, write_lock
-from build_kernel.stages import build
-from build_kernel.stages.build import buildenv
+from build_kernel.stages import builder as build
+from build_kernel.stages.builder import buildenv
 from build_kernel.stages.fetch import workspace
 
 

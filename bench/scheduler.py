@@ -14,7 +14,7 @@ jobs and nvcc threads by its own rule, exactly as on that host:
     script, which starts the compiles longest first by the profile; the governor from
     scheduling.governor, the build's own defaults. The other three run CMake's order.)
 
-Every "compile" is a replay (build_kernel/stages/build/replay.py) run by real ninja inside a
+Every "compile" is a replay (build_kernel/stages/builder/replay.py) run by real ninja inside a
 real memory cgroup this script creates: it allocates its profiled tree peak and holds it
 for its profiled time while burning its profiled CPU. Scaled to fit 2 cores / 24 GiB in
 minutes: memory ÷ MEM, time ÷ TIME, and 16 virtual cores on the real ones (each lane burns at
@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 from bench.scheduler_compiles import recorder_overhead
 from build_kernel.errors import BuildError
 from build_kernel.resources import Resources, plan_jobs
-from build_kernel.stages.build import cgroup, jobserver, ninja_order, planner, profile, runner, scheduling
-from build_kernel.stages.build.replay import Unit, write_ninja
+from build_kernel.stages.builder import cgroup, jobserver, ninja_order, planner, profile, runner, scheduling
+from build_kernel.stages.builder.replay import Unit, write_ninja
 
 GiB, MiB = 1024**3, 1024**2
 PROFILE = ROOT / "bench" / "data" / "sgl-kernel-tu-compile-profile.csv"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from build_kernel import toolchain
-from build_kernel.stages.build import cgroup, ninja_order, planner, profile, scheduling
+from build_kernel.stages.builder import cgroup, ninja_order, planner, profile, scheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI = ROOT / "examples" / "minikernel"

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_kernel.stages.build import cudawheels
+from build_kernel.stages.builder import cudawheels
 
 
 def timed(cache: Path, cuda: str, offline: bool = False) -> tuple[float, cudawheels.Toolkit]:

@@ -1,6 +1,6 @@
 """The toolchain a recipe's build will use, as `doctor --recipe` and `plan` judge it.
 
-A build runs in its own environment (one virtualenv per torch pin, `stages/build/buildenv.py`), so the
+A build runs in its own environment (one virtualenv per torch pin, `stages/builder/buildenv.py`), so the
 torch that matters is that environment's, not the one running build-kernel. When that environment is
 built, its interpreter is asked (torch, its CUDA and C++ standard; cmake and ninja beside it). When it
 is not, nothing is installed to find out: this host's tools are asked, and torch is taken from the
@@ -40,7 +40,7 @@ def cuda_of(torch: str) -> str | None:
 
 def resolve(plan: Plan) -> Stack:
     """The recipe's stack, installing nothing."""
-    from build_kernel.stages.build import buildenv
+    from build_kernel.stages.builder import buildenv
 
     python = buildenv.python_for(plan, dry_run=True)
     if Path(python).exists():

@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
-from build_kernel.stages.build import cudawheels
+from build_kernel.stages.builder import cudawheels
 from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow

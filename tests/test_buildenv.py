@@ -19,7 +19,7 @@ import pytest
 
 from build_kernel import recipe, toolchain
 from build_kernel.plan import resolve
-from build_kernel.stages.build import buildenv
+from build_kernel.stages.builder import buildenv
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, write_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]

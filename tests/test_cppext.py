@@ -23,7 +23,7 @@ import pytest
 from build_kernel import recipe, toolchain
 from build_kernel.plan import resolve
 from build_kernel.resources import Resources
-from build_kernel.stages.build import backends, cache, ninja_order
+from build_kernel.stages.builder import backends, cache, ninja_order
 from build_kernel.stages.fetch.workspace import Tree
 from build_kernel.stages.verify.installed import stale
 from tests.conftest import REPO_ROOT, run_cli, write_recipe, write_series

@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ToolchainError
-from build_kernel.stages.build import cudawheels
+from build_kernel.stages.builder import cudawheels
 from build_kernel.toolchain import Facts
 from tests.conftest import REPO_ROOT
 

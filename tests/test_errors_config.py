@@ -146,7 +146,7 @@ def test_bad_job_count_override_refuses_the_plan(override: list[str] | dict[str,
 # --- process.py: `stream` of a program that is not there (the build's error kind, 6) -------------
 # Called directly: the CLI streams only the build frontend, with the build environment's own
 # python (it exists once the build environment does), so reaching this needs a fetched tree
-# and a build environment, i.e. the slow path. The call mirrors stages/build/runner.py's.
+# and a build environment, i.e. the slow path. The call mirrors stages/builder/runner.py's.
 
 @pytest.mark.parametrize("fix,hint", [
     ("install the build frontend (`build`) in the build environment",

@@ -32,7 +32,7 @@ from build_kernel.recipe import Verify
 from build_kernel.stages import Context
 from build_kernel.stages import publish as pub
 from build_kernel.stages import run as run_stages
-from build_kernel.stages.build import buildenv
+from build_kernel.stages.builder import buildenv
 from build_kernel.stages.publish import install_back
 from build_kernel.stages.verify import VerifyStage, checks, cubins
 from build_kernel.stages.verify.report import RECORD_SUFFIX

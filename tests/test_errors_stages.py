@@ -33,7 +33,7 @@ from build_kernel.plan import Plan, resolve
 from build_kernel.resources import Resources
 from build_kernel.series import load_series
 from build_kernel.stages import Context
-from build_kernel.stages.build import BuildStage, cudawheels, provenance
+from build_kernel.stages.builder import BuildStage, cudawheels, provenance
 from build_kernel.stages.fetch import mirror as fetch_mirror
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import PatchStage

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from build_kernel import recipe
 from build_kernel.plan import resolve
-from build_kernel.stages.build import planner, scheduling
+from build_kernel.stages.builder import planner, scheduling
 from tests.conftest import REPO_ROOT
 from tests.test_fetch_patch import RES
 

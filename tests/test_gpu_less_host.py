@@ -22,7 +22,7 @@ from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ToolchainError
 from build_kernel.recipe import Verify
 from build_kernel.recipe.model import SystemDep
-from build_kernel.stages.build import driver_link, system_deps
+from build_kernel.stages.builder import driver_link, system_deps
 from build_kernel.stages.verify import checks as verify
 from tests.conftest import REPO_ROOT, DemoBuild, demo_recipe_text, run_cli, write_recipe
 

@@ -26,3 +26,11 @@ def test_one_runner_of_programs() -> None:
 def test_one_reader_of_the_environment() -> None:
     assert _metrics()["os_environ_reads_outside_configuration"] == []
 
+
+
+def test_no_package_folder_is_named_like_build_output() -> None:
+    """Tools that skip `build/` and `dist/` (and people skimming a tree) must still see every stage."""
+    root = REPO_ROOT / "build_kernel"
+    named = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_dir() and p.name in ("build", "dist", "out", "_build") and "__pycache__" not in p.parts)
+    assert named == []

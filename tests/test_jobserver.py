@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.build import cgroup, jobserver, scheduling
-from build_kernel.stages.build import recorder as recorder_mod
-from build_kernel.stages.build.replay import Unit, write_ninja
+from build_kernel.stages.builder import cgroup, jobserver, scheduling
+from build_kernel.stages.builder import recorder as recorder_mod
+from build_kernel.stages.builder.replay import Unit, write_ninja
 from tests.test_oom import memory_cgroup
 
 MiB = 1024 * 1024
@@ -239,7 +239,7 @@ def test_free_memory_leaves_reclaimable_page_cache_out(tmp_path: Path) -> None:
 _REUSE = """
 import json, subprocess, sys, time
 from pathlib import Path
-from build_kernel.stages.build import jobserver
+from build_kernel.stages.builder import jobserver
 gov = jobserver.Governor(Path(sys.argv[1]), budget=1 << 40, predictions={"heavy_a.cu": 900, "light_a.cu": 100},
                          default=300, complete=True, max_jobs=4, available=lambda: 1 << 40, reserve=0)
 sleep = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -15,7 +15,7 @@ import pytest
 
 from build_kernel import recipe
 from build_kernel.errors import RecipeError
-from build_kernel.stages.build import ninja_order, profile, scheduling
+from build_kernel.stages.builder import ninja_order, profile, scheduling
 from tests.conftest import copy_series, demo_recipe_text, run_cli, write_recipe
 
 BIN = Path(sys.executable).parent

@@ -23,7 +23,7 @@ import pytest
 
 from build_kernel import process, toolchain
 from build_kernel.errors import BuildError
-from build_kernel.stages.build import cgroup, runner
+from build_kernel.stages.builder import cgroup, runner
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from build_kernel import recipe
 from build_kernel.errors import RecipeError
 from build_kernel.plan import Plan, resolve
 from build_kernel.resources import Resources
-from build_kernel.stages.build import ninja_order, planner, profile, scheduling
+from build_kernel.stages.builder import ninja_order, planner, profile, scheduling
 from tests.conftest import copy_series, demo_recipe_text, run_cli, write_recipe
 
 GiB, MiB = 1024**3, 1024**2

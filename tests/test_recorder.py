@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.build import profile, recorder, runner
+from build_kernel.stages.builder import profile, recorder, runner
 from tests.test_oom import (
     GXX_CAP,
     HEAVY_CC,
@@ -191,7 +191,7 @@ def test_two_projects_in_one_cache_keep_their_own_predictions(tmp_path: Path) ->
     a profile written before that is still read."""
     import sqlite3
 
-    from build_kernel.stages.build import planner, scheduling
+    from build_kernel.stages.builder import planner, scheduling
 
     db = tmp_path / "cache" / "profile.sqlite"
     db.parent.mkdir()

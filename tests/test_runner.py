@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from build_kernel.stages.build.runner import first_error, oom_killed
+from build_kernel.stages.builder.runner import first_error, oom_killed
 
 # nvcc 13.0.88, cicc OOM-killed in a memory-capped cgroup (tests/test_oom.py does it for real).
 # /bin/sh is bash: bash execs the step that nvcc's system() hands it, nvcc sees the SIGKILL and

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.build.provenance import FILE as PROVENANCE_FILE
+from build_kernel.stages.builder.provenance import FILE as PROVENANCE_FILE
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 from tests.test_publish import write_record
 

@@ -77,7 +77,7 @@ def recipes_reference(opts: Options) -> None:
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
     """Which nvcc the build would use, and why, without installing anything (and what else is there)."""
-    from build_kernel.stages.build import toolkit
+    from build_kernel.stages.builder import toolkit
 
     found = stack.resolve(p)
     return toolkit.describe(p, found.facts, python_exists=found.built), found.facts
@@ -86,7 +86,7 @@ def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
 def _scheduling(p: Plan, ninja_version: str | None) -> dict[str, Any]:
     """The scheduler in effect, where each per-TU memory prediction comes from (the recorded profile,
     or the built-in default), and what orders build.ninja's compiles."""
-    from build_kernel.stages.build import jobserver, ninja_order, planner, scheduling
+    from build_kernel.stages.builder import jobserver, ninja_order, planner, scheduling
 
     default = scheduling.default_bytes(p)
     tus = planner.plan_tus(scheduling.db_path(p), default, shipped=scheduling.shipped_tus(p),
@@ -209,7 +209,7 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
 def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
     """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits;
     with --installed, what is wrong with the sgl_kernel there and which recipe fixes it (exit 7)."""
-    from build_kernel.stages.build import system_deps, toolkit
+    from build_kernel.stages.builder import system_deps, toolkit
 
     if installed:
         from build_kernel.cli.installed import doctor_installed

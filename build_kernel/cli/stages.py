@@ -45,7 +45,7 @@ def fetch_cmd(opts: Options) -> None:
 @click.pass_obj
 def build_cmd(opts: Options, force: bool) -> None:
     """Fetch, patch and build the wheel (cached by every input)."""
-    from build_kernel.stages.build import BuildStage
+    from build_kernel.stages.builder import BuildStage
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 

@@ -214,7 +214,7 @@ def _check_order_profile(b: Build, where: Any, problems: _Problems) -> None:
     """The shipped order profile must be there and readable now, not fail a build an hour in."""
     if not b.order_profile:
         return
-    from build_kernel.stages.build.ninja_order import read_shipped
+    from build_kernel.stages.builder.ninja_order import read_shipped
 
     try:
         read_shipped(b.order_profile)

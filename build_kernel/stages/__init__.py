@@ -17,7 +17,7 @@ from build_kernel import log
 
 if TYPE_CHECKING:
     from build_kernel.plan import Plan
-    from build_kernel.stages.build.cache import BuildResult
+    from build_kernel.stages.builder.cache import BuildResult
     from build_kernel.stages.fetch.workspace import Tree
     from build_kernel.stages.verify.report import Report
 
@@ -49,7 +49,7 @@ class Context:
         """The interpreter of the build environment (verify and publish use the same one). In a dry
         run only its path: a dry run never creates an environment nor installs torch into one."""
         if self.python is None:
-            from build_kernel.stages.build import buildenv
+            from build_kernel.stages.builder import buildenv
 
             self.python = buildenv.python_for(self.plan, dry_run=self.dry_run)
         return self.python
@@ -76,7 +76,7 @@ class Stage(Protocol):
 
 def pipeline(*, gpu_check: str = "", recheck: bool = False) -> list[Stage]:
     """The default stages, in order (imported here, so the parent package stays light)."""
-    from build_kernel.stages.build import BuildStage
+    from build_kernel.stages.builder import BuildStage
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
     from build_kernel.stages.publish.stage import PublishStage

@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from build_kernel import log
 from build_kernel.errors import ServeError
-from build_kernel.stages.build.provenance import FILE as PROVENANCE_FILE
+from build_kernel.stages.builder.provenance import FILE as PROVENANCE_FILE
 from build_kernel.stages.serve.environment import KERNEL_DISTRIBUTIONS, Installed
 from build_kernel.stages.serve.sglang_dist import Choice
 from build_kernel.stages.verify import report

@@ -1,7 +1,7 @@
 """The profile recorder: a compiler launcher that measures each compile into the profile.
 
-    python -S .../build_kernel/stages/build/recorder.py --db PATH [--project KEY] [--strip [LABEL=]DIR]... -- [cache launcher] compiler args...
-    (or python -m build_kernel.stages.build.recorder ...: the same, 0.5-1 s slower to start)
+    python -S .../build_kernel/stages/builder/recorder.py --db PATH [--project KEY] [--strip [LABEL=]DIR]... -- [cache launcher] compiler args...
+    (or python -m build_kernel.stages.builder.recorder ...: the same, 0.5-1 s slower to start)
 
 CMake puts it in front of every CUDA/C++ compile (`CMAKE_<LANG>_COMPILER_LAUNCHER`), before
 a cache launcher when there is one. Per compile it records source, flags digest, archs,

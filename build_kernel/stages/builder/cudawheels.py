@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from build_kernel import atomic, process
 from build_kernel.archs import Arch
 from build_kernel.errors import ToolchainError
-from build_kernel.stages.build.cudalayout import (
+from build_kernel.stages.builder.cudalayout import (
     LAYOUT,
     MARKER,
     assemble,

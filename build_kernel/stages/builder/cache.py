@@ -16,7 +16,7 @@ import git
 
 from build_kernel import atomic, static_index, toolchain
 from build_kernel.plan import Plan
-from build_kernel.stages.build import cudawheels
+from build_kernel.stages.builder import cudawheels
 from build_kernel.stages.fetch.workspace import Tree
 
 PROVENANCE_FILE = "provenance.json"

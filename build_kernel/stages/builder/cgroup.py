@@ -17,7 +17,7 @@ from pathlib import Path
 
 from build_kernel.errors import BuildKernelError
 from build_kernel.resources import memory_stat
-from build_kernel.stages.build.recorder import oom_kills
+from build_kernel.stages.builder.recorder import oom_kills
 
 __all__ = ["CgroupUnavailable", "available", "in_cgroup", "limit", "limit_hits", "memory_cgroup", "oom_kills", "peak",
            "remove", "working_set"]

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from build_kernel.errors import BuildError
 from build_kernel.plan import Plan
-from build_kernel.stages.build import ninja_order, provenance, scheduling
+from build_kernel.stages.builder import ninja_order, provenance, scheduling
 
 _VERSION_LINE = re.compile(r"""(?m)^(__version__\s*=\s*)(["'])([^"']*)(["'])""")
 # setuptools' own build folder: cpp_extension's build.ninja lives in build/temp.<platform>-<python tag>/.

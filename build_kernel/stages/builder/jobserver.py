@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from build_kernel.stages.build.recorder import _children, compiled, tree_rss
+from build_kernel.stages.builder.recorder import _children, compiled, tree_rss
 
 INTERVAL_S = 0.05
 TRACE_S = 5.0  # a line of the trace at least this often, and at every grant or take-back

@@ -14,7 +14,7 @@ from pathlib import Path
 from build_kernel import log, toolchain
 from build_kernel.errors import BuildKernelError
 from build_kernel.plan import Plan
-from build_kernel.stages.build import cudawheels
+from build_kernel.stages.builder import cudawheels
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,17 @@ from packaging.version import Version
 from build_kernel import compile_cache, host_compiler, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
-from build_kernel.stages.build import backends, cache, driver_link, provenance, runner, scheduling, system_deps, toolkit
-from build_kernel.stages.build.cache import BuildResult
+from build_kernel.stages.builder import (
+    backends,
+    cache,
+    driver_link,
+    provenance,
+    runner,
+    scheduling,
+    system_deps,
+    toolkit,
+)
+from build_kernel.stages.builder.cache import BuildResult
 from build_kernel.stages.fetch.workspace import Tree
 
 __all__ = ["BuildResult", "BuildStage", "build"]
@@ -193,7 +202,7 @@ class BuildStage:
             raise BuildError("no source tree to build", hint="run the fetch stage first")
         if ctx.plan.recipe.toolchain.cuda_source == "wheels" and ctx.plan.recipe.toolchain.cuda:
             # Before the build environment: it installs torch (GBs), the toolkit would then stop the build.
-            from build_kernel.stages.build import cudawheels
+            from build_kernel.stages.builder import cudawheels
 
             cudawheels.require_wheels_for(ctx.plan.recipe.toolchain.cuda)
         python = ctx.build_python()

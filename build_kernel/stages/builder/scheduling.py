@@ -32,7 +32,7 @@ from build_kernel.errors import RecipeError
 from build_kernel.plan import Plan
 from build_kernel.recipe.model import SCHEDULERS
 from build_kernel.resources import GB, probe
-from build_kernel.stages.build import jobserver, ninja_order, planner, profile, recorder
+from build_kernel.stages.builder import jobserver, ninja_order, planner, profile, recorder
 
 LANGUAGES = ("CUDA", "CXX", "C")  # as the compile cache sets them
 RECORDER = str(Path(recorder.__file__).resolve())

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
-    from build_kernel.stages.build.recorder import compiled
+    from build_kernel.stages.builder.recorder import compiled
 else:  # run by path with -S (see above): the recorder beside this file, without the package's imports
     from recorder import compiled  # type: ignore[import-not-found, no-redef]
 
@@ -320,7 +320,7 @@ def predictions(db: Path, shipped: Path | None, strip: Sequence[Path | str], *,
     """What the wrapper orders by: the recorded profile's p90 wall per (source, digest) and per source, the
     shipped file's; `strip`: the recorder's --strip roots (the source tree first), to name sources as it does;
     `project`: whose rows (scheduling.project_key; None: every row)."""
-    from build_kernel.stages.build import profile
+    from build_kernel.stages.builder import profile
 
     rows = profile.rows(db, project=project)
     by_source: dict[str, list[profile.Compile]] = {}
@@ -369,7 +369,7 @@ def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Map
     command = shlex.join([python, "-S", HERE, "--predictions", str(data_file), "--build-dir", str(build_dir),
                           "--ninja", ninja, *(["--drop-j", "1"] if drop_j else []), "--"])
     script.write_text(f'#!/bin/sh\n# build-kernel: orders build.ninja longest first, then runs ninja '
-                      f'(build_kernel/stages/build/ninja_order.py)\nexec {command} "$@"\n')
+                      f'(build_kernel/stages/builder/ninja_order.py)\nexec {command} "$@"\n')
     script.chmod(0o755)
     return script
 

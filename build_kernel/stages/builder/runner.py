@@ -15,7 +15,7 @@ from pathlib import Path
 
 from build_kernel import log, process
 from build_kernel.errors import BuildError
-from build_kernel.stages.build.planner import EtaFromLines
+from build_kernel.stages.builder.planner import EtaFromLines
 
 # What a compile killed by the kernel's OOM killer leaves in the log, most telling first.
 OOM_PATTERNS = (

@@ -20,7 +20,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 # The table and its writer live with the recorder, which must import nothing of build_kernel (see there).
-from build_kernel.stages.build import recorder
+from build_kernel.stages.builder import recorder
 
 FILE = "profile.sqlite"
 PERCENTILE = 0.9

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_kernel.stages.build import profile
+from build_kernel.stages.builder import profile
 
 MiB = 1024 * 1024
 MEASURED_FOR = "# measured-for:"
