@@ -108,9 +108,11 @@ def same_torch(built: str, have: str) -> bool:
     return a.public == b.public and (a.local == b.local or not a.local or not b.local)
 
 
-def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, force: bool = False) -> Preflight:
-    """Refuse (ServeError, or a loud warning under `force`) unless the server would run our verified wheel."""
-    report.require_verified(wheel, force=force)
+def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, force: bool = False,
+          recipe: str | None = None) -> Preflight:
+    """Refuse (ServeError, or a loud warning under `force`) unless the server would run our verified wheel;
+    `recipe`: how the refusal's `verify` hint names the recipe."""
+    report.require_verified(wheel, force=force, recipe=recipe)
     parsed_name, parsed_version, _, _ = parse_wheel_filename(wheel.name)
     dist_name, version = str(parsed_name), str(parsed_version)
     _, provenance = wheel_record(wheel)
