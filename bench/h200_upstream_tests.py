@@ -92,7 +92,7 @@ def _results(files: dict[str, bytes], label: str) -> tuple[list[runner.FileResul
     """Each test file's result: from the run's own record where it finished, else its JUnit XML, else its log."""
     record = files.get(f"{label}/test.json")
     if record:
-        return [runner.FileResult(**{k: v for k, v in r.items()}) for r in json.loads(record)["results"]], []
+        return [runner.FileResult(**r) for r in json.loads(record)["results"]], []
     results, unfinished = [], []
     stems = sorted({Path(n).name.rsplit(".", 2)[0] for n in files if n.startswith(f"{label}/out/")})
     for stem in stems:

@@ -103,10 +103,11 @@ def run_tests(plan: Plan, tree: Tree, wheel: Path, build_python: str, *, offline
     parallel, timeout_s = parallel or tests.parallel, timeout_s or tests.timeout_s
     asked = [a.torch for a in plan.archs]
     exps = verdict.applicable(tests.expect, asked)
+    digest = sha256_of(wheel)
     record: dict[str, Any] = {
-        "wheel": str(wheel), "wheel_sha256": sha256_of(wheel), "recipe": plan.recipe.name, "commit": tree.commit,
+        "wheel": str(wheel), "wheel_sha256": digest, "recipe": plan.recipe.name, "commit": tree.commit,
         "archs": asked, "files": files, "parallel": parallel, "timeout_s": timeout_s,
-        "environment": str(environment.root_for(plan, build_python, wheel)),
+        "environment": str(environment.root_for(plan, build_python, digest)),
     }
     if dry_run:
         return {**record, "dry_run": True}
@@ -116,8 +117,8 @@ def run_tests(plan: Plan, tree: Tree, wheel: Path, build_python: str, *, offline
     if problem := gpu_problem(plan, found):
         raise TestError(problem)
     record["gpu"] = found
-    python = environment.prepare(plan, build_python, wheel, offline=offline, folder=folder)
-    run = plan.cache_dir / "tests" / f"run-{record['wheel_sha256'][:12]}"
+    python = environment.prepare(plan, build_python, wheel, digest, offline=offline, folder=folder)
+    run = plan.cache_dir / "tests" / f"run-{digest[:12]}"
     staged = collect.stage(tree.project, tests.paths, run / "src")
     started = dt.datetime.now(dt.timezone.utc)
     done: list[runner.FileResult] = []

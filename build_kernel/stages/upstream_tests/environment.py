@@ -18,28 +18,28 @@ from build_kernel import atomic, log
 from build_kernel.plan import Plan
 from build_kernel.stages.serve import environment as serve_env
 from build_kernel.stages.serve import install, sglang_dist
-from build_kernel.stages.verify.report import sha256_of
 
 _COMPLETE = ".build-kernel-complete"
 
 
-def key(plan: Plan, build_python: str, wheel: Path) -> str:
+def key(plan: Plan, build_python: str, wheel_sha256: str) -> str:
     tests = plan.recipe.test
-    spec = {"build_python": build_python, "wheel": sha256_of(wheel), "requires": list(tests.requires),
+    spec = {"build_python": build_python, "wheel": wheel_sha256, "requires": list(tests.requires),
             "resolve": tests.resolve,
             "sglang": sglang_dist.choose(plan).describe() if tests.sglang else None,
             "flashinfer": plan.recipe.toolchain.flashinfer_python if tests.sglang else None}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def root_for(plan: Plan, build_python: str, wheel: Path) -> Path:
-    return plan.cache_dir / "tests" / f"env-{key(plan, build_python, wheel)}"
+def root_for(plan: Plan, build_python: str, wheel_sha256: str) -> Path:
+    return plan.cache_dir / "tests" / f"env-{key(plan, build_python, wheel_sha256)}"
 
 
-def prepare(plan: Plan, build_python: str, wheel: Path, *, offline: bool = False,
+def prepare(plan: Plan, build_python: str, wheel: Path, wheel_sha256: str, *, offline: bool = False,
             folder: Path | None = None) -> str:
-    """The test interpreter, made (or found complete) for this wheel; its path."""
-    root = root_for(plan, build_python, wheel)
+    """The test interpreter, made (or found complete) for this wheel (`wheel_sha256`: its digest, hashed once by
+    the caller: wheels reach 535 MB); its path."""
+    root = root_for(plan, build_python, wheel_sha256)
     python = str(root / "bin" / "python")
     if (root / _COMPLETE).is_file():
         return python
@@ -66,5 +66,5 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, offline: bool = False
         install.pip_install(python, ["-c", constraints, *([] if tests.resolve else ["--no-deps"]), "pytest",
                                      *tests.requires], env=env, log_path=log_path, folder=folder,
                             what=f"installing pytest and [test] requires ({', '.join(tests.requires) or '-'})")
-    atomic.write_text(root / _COMPLETE, key(plan, build_python, wheel) + "\n")
+    atomic.write_text(root / _COMPLETE, root.name + "\n")
     return python
