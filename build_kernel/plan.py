@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from build_kernel import fa3_variants
 from build_kernel import mirrors as mirrors_config
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
 from build_kernel.errors import RecipeError
@@ -52,6 +53,8 @@ class Plan:
     output_dir: Path
     resources: Resources
     mirrors: mirrors_config.Mirrors = mirrors_config.Mirrors()
+    # The FA3 kernels a 9.0a build compiles ([build] fa3*), resolved once: defines, plan and cache key agree.
+    fa3: fa3_variants.Variants = fa3_variants.ALL
     # The environment the plan was resolved in: the base of every child's environment.
     # Stage code reads this, never os.environ.
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -112,6 +115,7 @@ class Plan:
             "nvcc_threads": r.build.nvcc_threads,
             "backend": r.build.backend,
             "defines": dict(r.build.defines),
+            "fa3": self.fa3.to_dict(),
             "env": self.build_env(),
             "deps": [{**vars(d), "paths": list(d.paths), "submodules": list(d.submodules)} for d in r.deps],
             "mirrors": {"config": str(self.mirrors.config_file) if self.mirrors.config_file else None,
@@ -197,16 +201,34 @@ def resolve(
                               n_archs=len(archs), reserve_gb=b.reserve_gb)
     cache, _ = _pick(cache_dir, env, "BUILD_KERNEL_CACHE_DIR", None)
     output, _ = _pick(output_dir, env, "BUILD_KERNEL_OUTPUT_DIR", None)
+    series = load_series(recipe.series_dir)
     return Plan(
         recipe=recipe,
         archs=archs,
         arch_source=arch_source if arch_value is not None else "recipe",
         jobs=job_plan,
-        series=load_series(recipe.series_dir),
+        series=series,
         # Absolute: git runs in other folders (`git -C <worktree>`), so a relative cache would miss.
         cache_dir=Path(cache).absolute() if cache else default_cache_dir(env),
         output_dir=Path(output).absolute() if output else recipe.root / "wheels",
         resources=res,
         mirrors=mirrors_config.load(env),
+        fa3=_fa3(recipe, archs, series, env),
         env=dict(env),
     )
+
+
+def _fa3(recipe: Recipe, archs: tuple[Arch, ...], series: Series, env: Mapping[str, str]) -> fa3_variants.Variants:
+    b = recipe.build
+    if b.fa3 == "all":
+        return fa3_variants.ALL
+    if not any(a.major == 9 for a in archs):
+        # sgl-kernel compiles FA3 for 9.0a only: nothing to choose, and no model config to look for.
+        return fa3_variants.Variants(fa3_variants.ALL.head_dims, fa3_variants.ALL.dtypes, True,
+                                     f"fa3 = \"{b.fa3}\" not read: FA3 is compiled for 9.0a only, and none is asked")
+    if not any(fa3_variants.SERIES_MARK in p.path.read_text(errors="replace") for p in series.patches):
+        raise RecipeError([f"build.fa3 = \"{b.fa3}\": series {recipe.patches.series}/{recipe.patches.version} has no "
+                           f"patch that reads {fa3_variants.SERIES_MARK}, so every FA3 kernel would compile anyway; "
+                           "use series sm120 v8 or later, or set fa3 = \"all\""])
+    return fa3_variants.resolve(b.fa3, head_dims=b.fa3_head_dims, dtypes=b.fa3_dtypes, softcap=b.fa3_softcap,
+                                model=recipe.serve.model, serve_args=recipe.serve.args, env=env)

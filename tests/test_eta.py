@@ -60,13 +60,13 @@ def test_the_shipped_profile_says_what_it_was_measured_for(tmp_path: Path) -> No
     overlay.write_text('extends = "nightly-cu130-pruned"\n[build]\narch = ["9.0a"]\nfp4 = false\n')
     plan = resolve(recipe.load(str(overlay)), env={}, resources=RES, cache_dir=tmp_path / "cache")
     note = scheduling.profile_note(plan)
-    # The profile was measured with series v6; the recipe has moved to v7 (0009) since, and the note says both.
+    # The profile was measured with series v6; the recipe has moved to v8 (0009, 0010) since, and the note says both.
     assert note == ("the shipped order profile nightly-cu130-pruned.profile.csv was measured for 12.0a, series "
-                    "sm120/v6, this build is for 9.0a, series sm120/v7: the ETA re-estimates from the work done")
+                    "sm120/v6, this build is for 9.0a, series sm120/v8: the ETA re-estimates from the work done")
     same = resolve(recipe.load("nightly-cu130-pruned"), env={}, resources=RES, cache_dir=tmp_path / "cache")
     assert scheduling.profile_note(same) == (
         "the shipped order profile nightly-cu130-pruned.profile.csv was measured for series sm120/v6, this build "
-        "is for series sm120/v7: the ETA re-estimates from the work done")
+        "is for series sm120/v8: the ETA re-estimates from the work done")
     hopper = resolve(recipe.load(str(overlay)), env={}, resources=RES, cache_dir=tmp_path / "cache", arch="12.0a")
     assert "12.0a" not in (scheduling.profile_note(hopper) or "12.0a")  # same archs: only the series is named
     eta = planner.EtaFromLines(_tus(), jobs=1, clock=Clock(), note="profile for 12.0a")

@@ -31,8 +31,8 @@ def test_extends_by_name_finds_the_projects_recipe_from_anywhere(tmp_path: Path)
         jobs = 3
     """)
     r = recipe.load(str(overlay))
-    assert r.build.jobs == 3 and r.patches.version == "v7" and r.source.subdir == "sgl-kernel"
-    assert r.series_dir == REPO_ROOT / "patches/sm120/v7"
+    assert r.build.jobs == 3 and r.patches.version == "v8" and r.source.subdir == "sgl-kernel"
+    assert r.series_dir == REPO_ROOT / "patches/sm120/v8"
 
 
 def test_extends_by_name_on_the_site_search_path(tmp_path: Path) -> None:
@@ -78,9 +78,9 @@ def test_a_child_series_of_its_own_without_the_parents_version(tmp_path: Path) -
         [patches]
         series = "site-fixes"
     """)
-    # The parent's version (v7) belongs to its series: a series of one's own names its version too.
+    # The parent's version (v8) belongs to its series: a series of one's own names its version too.
     with pytest.raises(RecipeError, match=r"ours.toml:3: patches.version: missing: series 'site-fixes' is set here, "
-                                          r"the version v7 inherited from .*nightly-cu130-pruned.toml is sm120's"):
+                                          r"the version v8 inherited from .*nightly-cu130-pruned.toml is sm120's"):
         recipe.load(str(overlay))
     overlay.write_text(overlay.read_text() + 'version = "v1"\n')
     r = recipe.load(str(overlay))

@@ -139,7 +139,10 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
     for warning in p.jobs.warnings:
         log.warn(warning)
         table.add_row(styled("warning", "yellow"), warning)
-    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in p.recipe.build.defines.items()}}.items():
+    table.add_row("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
+                         f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})")
+    defines = {**p.fa3.defines(), **p.recipe.build.defines}
+    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
     table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
     data["scheduling"] = sched = _scheduling(p, facts.ninja_version)

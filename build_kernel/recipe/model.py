@@ -102,6 +102,16 @@ class Build:
     arch_format: str = _doc("How `arch_env` spells the archs: `torch` (`8.0;9.0a`) or `digits` (`80;90a`).", "torch")
     jobs_env: str = _doc("Variable the package reads its job count from, besides MAX_JOBS (always set).", "")
     threads_env: str = _doc("Variable the package reads nvcc's --threads from (e.g. `NVCC_THREADS`): `nvcc_threads`.", "")
+    fa3: str = _doc("Which FA3 forward kernels a 9.0a sgl-kernel compiles (series sm120 v8+: SGL_KERNEL_FA3_*): `all` "
+                    "(upstream's 250 units), `model` (the head dims, dtype, KV dtype and softcap of [serve] model's "
+                    "config.json and serve flags; a folder or the Hugging Face cache, never downloaded) or `listed` "
+                    "(the keys below). A call needing one left out raises one line saying how to rebuild.", "all")
+    fa3_head_dims: tuple[str, ...] = _doc("`fa3 = \"listed\"`: head dims `64` `96` `128` `192` `256`, pairs `64_256` "
+                                          "`64_512` (MLA decode) `192_128` (MLA prefill); a width runs the next kernel up.",
+                                          factory=tuple)
+    fa3_dtypes: tuple[str, ...] = _doc("`fa3 = \"listed\"`: `bf16` (always built), `fp16`, `e4m3` (an fp8_e4m3 KV cache).",
+                                       factory=tuple)
+    fa3_softcap: bool = _doc("`fa3 = \"listed\"`: the tanh-softcap kernels too (Gemma 2, Grok).", False)
     version_file: str = _doc("`setuptools`: the file (in the package) whose `__version__ = \"...\"` setup.py reads, "
                              "stamped with the local label; empty: pyproject.toml's [project] version.", "")
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from build_kernel import fa3_variants
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
 from build_kernel.recipe.model import ARCH_FORMATS, BACKENDS, SCHEDULERS, SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
@@ -104,6 +105,7 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
                      f"{r.build.compile_cache!r} is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")")
     _check_compile_cache(r.build, where, problems)
     _check_backend(r, where, problems)
+    _check_fa3(r, where, problems)
     if r.build.scheduler not in SCHEDULERS:
         problems.add(where("build", "scheduler"), "build.scheduler",
                      f"{r.build.scheduler!r} is not one of {', '.join(SCHEDULERS)} (e.g. scheduler = \"governor\")")
@@ -224,6 +226,26 @@ def _check_order_profile(b: Build, where: Any, problems: _Problems) -> None:
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         problems.add(where("build", "order_profile"), "build.order_profile",
                      f"{b.order_profile}: {exc} (fix the file, or remove the key)")
+
+
+def _check_fa3(r: Recipe, where: Any, problems: _Problems) -> None:
+    """[build] fa3*: the mode and each listed name known, and the lists only where they are read."""
+    b = r.build
+    if b.fa3 not in fa3_variants.MODES:
+        problems.add(where("build", "fa3"), "build.fa3",
+                     f"{b.fa3!r} is not one of {', '.join(fa3_variants.MODES)} (e.g. fa3 = \"model\")")
+    for key, values, known in (("fa3_head_dims", b.fa3_head_dims, fa3_variants.HEAD_DIMS),
+                               ("fa3_dtypes", b.fa3_dtypes, fa3_variants.DTYPES)):
+        for v in values:
+            if v not in known:
+                problems.add(where("build", key), f"build.{key}",
+                             f"{v!r} is not one of {', '.join(known)} (e.g. {key} = [\"{known[2]}\"])")
+        if values and b.fa3 != "listed":
+            problems.add(where("build", key), f"build.{key}",
+                         f"is read only with fa3 = \"listed\" (this recipe has fa3 = \"{b.fa3}\"): set it, or remove the key")
+    if b.fa3 == "listed" and not b.fa3_head_dims:
+        problems.add(where("build", "fa3"), "build.fa3_head_dims",
+                     "missing: fa3 = \"listed\" needs the head dims, e.g. fa3_head_dims = [\"128\"]")
 
 
 def _check_backend(r: Recipe, where: Any, problems: _Problems) -> None:
