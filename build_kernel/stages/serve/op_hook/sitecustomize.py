@@ -5,8 +5,8 @@ it at start; inert unless BUILD_KERNEL_OPS_DIR names a folder.
 
 How: when `torch._ops` is first imported, `OpOverload.__call__` and `OpOverloadPacket.__call__` (the
 Python entry of every `torch.ops.NS.op[.overload](...)` call, whoever looked the op up and when) count
-calls whose namespace is not aten's or prims'; when a `flashinfer.*` module is imported, its public
-functions and its classes' `run`/`forward` are wrapped to count. A call made while the current CUDA
+calls whose namespace is not aten's or prims'; when a `flashinfer.*` or `deep_gemm.*` module is imported
+(their kernels are no torch ops), its public functions and its classes' `run`/`forward` are wrapped to count. A call made while the current CUDA
 stream is capturing a graph is counted as "graph": it replays during decode, where Python never sees
 it again. A daemon thread writes this process's counts to `ops-<pid>.json` in that folder (a temporary
 file renamed over it) at most once a second, and again at exit.
@@ -33,7 +33,8 @@ from typing import Any
 FOLDER = os.environ.get("BUILD_KERNEL_OPS_DIR", "")
 INTERVAL_S = 1.0
 UNCOUNTED = ("aten::", "prims::", "prim::")
-FLASHINFER_METHODS = ("run", "forward")
+WRAPPED = ("flashinfer", "deep_gemm")
+WRAPPED_METHODS = ("run", "forward")
 
 _counts: dict[tuple[str, bool], int] = {}
 _state = {"writer": False, "dirty": False}
@@ -134,14 +135,19 @@ def _counted(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return call
 
 
-def _patch_flashinfer(module: types.ModuleType) -> None:
+def _patch_entry_points(module: types.ModuleType) -> None:
+    top = module.__name__.split(".")[0]
     for attr, value in list(vars(module).items()):
-        if attr.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+        if attr.startswith("_"):
             continue
-        if isinstance(value, types.FunctionType):  # not lru_cache'd getters: their cache_clear must stay
+        owner = getattr(value, "__module__", None) or ""
+        # Functions defined here (not lru_cache'd getters: their cache_clear must stay), and the compiled
+        # entry points of the package's own extension (deep_gemm's C++ functions).
+        if (isinstance(value, types.FunctionType) and owner == module.__name__) or (
+                isinstance(value, types.BuiltinFunctionType) and top in owner):
             setattr(module, attr, _counted(value, f"{module.__name__}.{attr}"))
-        elif isinstance(value, type):
-            for method in FLASHINFER_METHODS:
+        elif isinstance(value, type) and owner == module.__name__:
+            for method in WRAPPED_METHODS:
                 fn = value.__dict__.get(method)
                 if isinstance(fn, types.FunctionType):
                     setattr(value, method, _counted(fn, f"{module.__name__}.{attr}.{method}"))
@@ -167,8 +173,8 @@ class _Finder(importlib.abc.MetaPathFinder):
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname == "torch._ops":
             patch = _patch_torch_ops
-        elif fullname == "flashinfer" or fullname.startswith("flashinfer."):
-            patch = _patch_flashinfer
+        elif fullname.split(".")[0] in WRAPPED:
+            patch = _patch_entry_points
         else:
             return None
         try:
