@@ -133,3 +133,25 @@ def test_the_report_subtracts_the_first_snapshot() -> None:
     assert found["graph_captured"] == {"sgl_kernel::rmsnorm": 2, "sgl_kernel::topk_softmax": 2}
     assert found["sgl_kernel_ops"] == ["sgl_kernel::rmsnorm", "sgl_kernel::topk_softmax"]
     assert ops.summary(found)[2].endswith("in 2 process(es); other counted namespaces: flashinfer")
+
+
+def test_flashinfer_entry_points_are_counted_and_its_jit_builders_are_not(tmp_path: Path) -> None:
+    # A stand-in flashinfer package (its kernels are no torch ops): how sglang imports it, re-exports included.
+    pkg = tmp_path / "site" / "flashinfer"
+    (pkg / "jit").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .sampling import top_k_top_p_sampling_from_probs\n")
+    (pkg / "sampling.py").write_text("import functools\n\ndef top_k_top_p_sampling_from_probs(x):\n    return x\n\n"
+                                     "@functools.cache\ndef get_sampling_module():\n    return 1\n\n"
+                                     "class BatchDecodeWrapper:\n    def run(self):\n        return 2\n")
+    (pkg / "jit" / "__init__.py").write_text("")
+    (pkg / "jit" / "attention.py").write_text("def gen_batch_decode_module():\n    return 0\n")
+    code = ("import flashinfer, flashinfer.sampling as s\nfrom flashinfer.jit.attention import gen_batch_decode_module\n"
+            "from flashinfer import top_k_top_p_sampling_from_probs as f\n"
+            "print(f(3), s.top_k_top_p_sampling_from_probs(4), s.BatchDecodeWrapper().run(), gen_batch_decode_module(),"
+            " s.get_sampling_module(), s.get_sampling_module.cache_info().hits)")
+    env = ops.enable(_env(PYTHONPATH=str(tmp_path / "site")), tmp_path / "ops")
+    proc = _run(code, env)
+    assert (proc.returncode, proc.stdout.split()) == (0, ["3", "4", "2", "0", "1", "0"]), proc.stderr
+    [written] = [json.loads(p.read_text()) for p in (tmp_path / "ops").glob("ops-*.json")]
+    assert written["calls"] == {"flashinfer.sampling.top_k_top_p_sampling_from_probs": {"eager": 2, "graph": 0},
+                                "flashinfer.sampling.BatchDecodeWrapper.run": {"eager": 1, "graph": 0}}

@@ -34,6 +34,8 @@ FOLDER = os.environ.get("BUILD_KERNEL_OPS_DIR", "")
 INTERVAL_S = 1.0
 UNCOUNTED = ("aten::", "prims::", "prim::")
 WRAPPED = ("flashinfer", "deep_gemm")
+# Their builders and helpers are no kernels (a JIT generator named after decode is not a decode).
+SKIPPED_PARTS = {"jit", "aot", "testing", "utils", "profiler", "autotuner", "tuner", "env", "logging", "api_logging"}
 WRAPPED_METHODS = ("run", "forward")
 
 _counts: dict[tuple[str, bool], int] = {}
@@ -173,7 +175,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname == "torch._ops":
             patch = _patch_torch_ops
-        elif fullname.split(".")[0] in WRAPPED:
+        elif fullname.split(".")[0] in WRAPPED and not SKIPPED_PARTS & set(fullname.split(".")[1:]):
             patch = _patch_entry_points
         else:
             return None
