@@ -13,8 +13,9 @@
 # Environment (defaults are .device/run.sh's): RECIPE (.device/h9.toml), WHEEL (newest in the output dir),
 # BUILD_KERNEL_CACHE_DIR (/tmp/bkc), BUILD_KERNEL_OUTPUT_DIR (/tmp/bkw), WHEELHOUSE (.device/wh: the tool's
 # own dependencies and sglang's, offline), MOE_CACHE (.device/cache/moe: the checkpoints, made if absent),
-# INSTALL (1: `serve --install --wheelhouse` first), BUDGET_S (540: the FP8 run is skipped when less than
-# 200 s of it are left), OUT (/tmp/moe-out).
+# INSTALL (1: `serve --install --wheelhouse` first), VARIANTS ("bf16 fp8"), BUDGET_S (540: a variant after the
+# first is skipped when less than 200 s of it are left; the first start JIT-compiles flashinfer's kernels, a
+# second call finds them cached), OUT (/tmp/moe-out).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,7 @@ RECIPE=$(realpath "${RECIPE:-.device/h9.toml}")
 WHEELHOUSE=$(realpath "${WHEELHOUSE:-.device/wh}")
 MOE_CACHE=${MOE_CACHE:-$REPO/.device/cache/moe}
 INSTALL=${INSTALL:-1}
+VARIANTS=${VARIANTS:-bf16 fp8}
 BUDGET_S=${BUDGET_S:-540}
 export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc} BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
 R=/tmp/moe-serve-raw; rm -rf "$R"; mkdir -p "$R" "$OUT" "$MOE_CACHE"
@@ -110,18 +112,19 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   check="$check --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $3"
   # Greedy requests never sample (sglang takes an argmax): a few sampled ones make the sampling kernels run.
   local sampled="$(command -v python3) $REPO/bench/sampled_requests.py --url {url} --requests 8"
-  timeout 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
+  # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
+  timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
     --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
   local rc=$?
   cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null
   cp -r "$BUILD_KERNEL_CACHE_DIR/serve/ops/moe-serve" "$d/ops" 2>/dev/null
   step "serve $v rc=$rc"
 }
-serve_variant bf16 "$BF16" ""
-if [ $(( $(date +%s) - t0 )) -lt $(( BUDGET_S - 200 )) ]; then
-  serve_variant fp8 "$FP8" "--served-fp8"
-else
-  step "fp8 skipped: $(( $(date +%s) - t0 )) s spent of BUDGET_S=$BUDGET_S"
-fi
+for v in $VARIANTS; do
+  if [ "$v" != "${VARIANTS%% *}" ] && [ $(( $(date +%s) - t0 )) -ge $(( BUDGET_S - 200 )) ]; then
+    step "$v skipped: $(( $(date +%s) - t0 )) s spent of BUDGET_S=$BUDGET_S (run again with VARIANTS=$v)"; continue
+  fi
+  case $v in bf16) serve_variant bf16 "$BF16" "" ;; fp8) serve_variant fp8 "$FP8" "--served-fp8" ;; esac
+done
 cp "$BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log" "$R/server.log" 2>/dev/null
 step "done"

@@ -44,7 +44,7 @@ import tiny_model
 
 # Training defaults per device (steps, batch, seq): on CPU what 2 busy cores do in a few minutes (loss ~1.3:
 # greedy mostly decisive); on a GPU, seconds, what tiny_model.py gives the dense model and more (loss << 0.1).
-TRAINING = {"cpu": {"steps": 120, "batch": 16, "seq": 64}, "cuda": {"steps": 800, "batch": 32, "seq": 128}}
+TRAINING = {"cpu": {"steps": 120, "batch": 16, "seq": 64}, "cuda": {"steps": 600, "batch": 32, "seq": 128}}
 # The weights SGLang's Fp8LinearMethod / Fp8MoEMethod load as block FP8 in MixtralForCausalLM.
 QUANTIZED = re.compile(r"\.(self_attn\.[qkvo]_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$")
 
