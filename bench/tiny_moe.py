@@ -14,7 +14,7 @@ maps. The FP8 copy (fp8_block.py) quantizes every attention projection and exper
 `weight` + float32 `weight_scale_inv` per 128x128 block); the router gate (SGLang runs it unquantized),
 embeddings, norms and lm_head stay bf16; config.json gains `quantization_config`.
 
-Deterministic (seeded) and cached: CACHE/tiny-moe-KEY/{bf16,fp8}, KEY a hash of the shape, seed, steps,
+Seeded (bit-for-bit on CPU; on CUDA, Mixtral's index_add_ accumulates in a run-dependent order) and cached: CACHE/tiny-moe-KEY/{bf16,fp8}, KEY a hash of the shape, seed, steps,
 device kind, torch and transformers versions and these scripts' sources; made in a partial folder and
 renamed, so a folder that exists is whole.
 
