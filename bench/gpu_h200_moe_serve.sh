@@ -39,6 +39,8 @@ if [ ! -d /tmp/bk-site ]; then
     "$WHEELHOUSE"/unidiff*.whl "$WHEELHOUSE"/pyelftools*.whl
 fi
 export PYTHONPATH=$REPO:/tmp/bk-site
+# The recipe's public URLs to the carried snapshots, as .device/run.sh does (sglang from source is fetched).
+if [ -f .device/gitenv.sh ]; then MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh; fi
 bk() { python3 -m build_kernel "$@"; }
 { date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; nproc
   python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; git -C "$REPO" rev-parse HEAD; } \
@@ -118,6 +120,7 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   local rc=$?
   cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null
   cp -r "$BUILD_KERNEL_CACHE_DIR/serve/ops/moe-serve" "$d/ops" 2>/dev/null
+  cp "$BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log" "$R/server.log" 2>/dev/null  # both variants, appended
   step "serve $v rc=$rc"
 }
 for v in $VARIANTS; do
@@ -126,5 +129,4 @@ for v in $VARIANTS; do
   fi
   case $v in bf16) serve_variant bf16 "$BF16" "" ;; fp8) serve_variant fp8 "$FP8" "--served-fp8" ;; esac
 done
-cp "$BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log" "$R/server.log" 2>/dev/null
 step "done"
