@@ -93,16 +93,30 @@ fi
 bk --json serve "$WHEEL" --recipe "$OVR" > "$R/dry-run.json" 2> "$R/dry-run.err"; step "dry-run rc=$?"
 SERVE_PY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["python"])' "$R/dry-run.json" 2>/dev/null || echo python3)
 
-# 3. SGLang's default attention backend on an H200 is fa3 (server_args._get_default_attn_backend); a wheel built
-# with SGL_KERNEL_FA3=OFF has no flash_ops, and its fallback raises at the first call. Then flashinfer, the
-# default where fa3 is not picked, is asked for, and the notes say so.
-if "$SERVE_PY" -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("sgl_kernel.flash_ops") else 3)' \
-    > "$R/fa3-probe.txt" 2>&1; then
-  echo "attention: sglang's default (fa3 on H200): the wheel has sgl_kernel.flash_ops" >> "$R/notes.txt"
+# 3. SGLang's default attention backend on an H200 is fa3 (server_args._get_default_attn_backend). A wheel may
+# lack it (SGL_KERNEL_FA3=OFF: no flash_ops, the fallback raises at the first call) or keep only other head dims
+# (series v8's [build] fa3): one FA3 call of this model's shape (head_dim 64, bf16, causal, GQA) decides. Where it
+# does not run, flashinfer, sglang's default where fa3 is not picked, is asked for, and the notes say why.
+HEAD_DIM=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"])' "$BF16/config.json")
+"$SERVE_PY" - $HEAD_DIM > "$R/fa3-probe.txt" 2>&1 <<'PY'
+import sys, torch
+from sgl_kernel.flash_attn import flash_attn_varlen_func
+d, hq, hk = (int(x) for x in sys.argv[1:4])
+n = 16
+q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16)
+k, v = (torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+cu = torch.tensor([0, n], dtype=torch.int32, device="cuda")
+out = flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=True)
+torch.cuda.synchronize()
+print(f"fa3 ran head_dim {d} bf16: {tuple((out[0] if isinstance(out, tuple) else out).shape)}")
+PY
+if [ $? = 0 ]; then
+  echo "attention: sglang's default (fa3 on H200): $(tail -1 "$R/fa3-probe.txt")" >> "$R/notes.txt"
 else
   write_recipe ', "--attention-backend", "flashinfer"'
-  echo "attention: --attention-backend flashinfer: the wheel has no sgl_kernel.flash_ops (FA3 off), so sglang's" \
-       "H200 default fa3 would fail at its first call; flashinfer is its default elsewhere" >> "$R/notes.txt"
+  echo "attention: --attention-backend flashinfer: this wheel's FA3 does not run this model's attention" \
+       "($(tail -1 "$R/fa3-probe.txt" | cut -c1-300)), so sglang's H200 default fa3 would fail at its first" \
+       "call; flashinfer is sglang's default where fa3 is not picked" >> "$R/notes.txt"
   bk --json serve "$WHEEL" --recipe "$OVR" > "$R/dry-run.json" 2> "$R/dry-run.err"; step "dry-run (flashinfer) rc=$?"
 fi
 

@@ -361,19 +361,6 @@ def test_ctrl_c_stops_a_foreground_server_cleanly(serve_env: ServeEnv, tmp_path:
     assert "server stopped" in rest and _all_gone(pids)
 
 
-def test_bench_runs_sglang_bench_serving_and_records_it_beside_the_wheel(serve_env: ServeEnv, tmp_path: Path) -> None:
-    recipe, pids = _double_recipe(serve_env, tmp_path)
-    proc = serve_env.cli(recipe, "--bench", "--json")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    saved = json.loads(Path(result["bench_file"]).read_text())
-    assert Path(result["bench_file"]).parent == serve_env.out
-    assert [r["concurrency"] for r in saved["bench"]] == [1, 4]
-    assert all(r["completed"] == 8 and r["output_throughput"] > 0 and r["mean_ttft_ms"] > 0 for r in saved["bench"])
-    assert saved["provenance"]["version"] in serve_env.wheel.name and saved["server"]["smoke"]["tokens"] == 32
-    assert _all_gone(pids)
-
-
 def test_a_port_already_in_use_is_refused_before_starting(serve_env: ServeEnv, tmp_path: Path) -> None:
     recipe, pids = _double_recipe(serve_env, tmp_path)
     port = int(next(ln for ln in recipe.read_text().splitlines() if ln.startswith("port = ")).split("= ")[1])
@@ -417,8 +404,8 @@ def _moe_model(serve_env: ServeEnv, folder: Path) -> Path:
     return folder
 
 
-def test_bench_of_a_moe_checkpoint_reports_the_kernels_its_spawned_scheduler_called(serve_env: ServeEnv,
-                                                                                   tmp_path: Path) -> None:
+def test_bench_runs_sglang_bench_serving_and_reports_the_kernels_the_moe_server_called(serve_env: ServeEnv,
+                                                                                     tmp_path: Path) -> None:
     sys.path.insert(0, str(DOUBLE))
     try:
         import sglang_double
@@ -441,20 +428,28 @@ def test_bench_of_a_moe_checkpoint_reports_the_kernels_its_spawned_scheduler_cal
     counts = set(found["eager_during_requests"].values())
     assert set(found["eager_during_requests"]) == {f"sgl_kernel::{n}" for n in sglang_double.PREFILL_OPS}
     assert len(counts) == 1 and counts.pop() >= 17 and found["processes"] == 1
+    # The bench rows, beside the wheel with its provenance, the resolved backends and the op report.
     saved = json.loads(Path(result["bench_file"]).read_text())
+    assert Path(result["bench_file"]).parent == serve_env.out
+    assert [r["concurrency"] for r in saved["bench"]] == [1, 4]
+    assert all(r["completed"] == 8 and r["output_throughput"] > 0 and r["mean_ttft_ms"] > 0 for r in saved["bench"])
+    assert saved["provenance"]["version"] in serve_env.wheel.name and saved["server"]["smoke"]["tokens"] == 32
     assert saved["ops"]["graph_captured"] == found["graph_captured"] and saved["resolved"]["failures"] == []
     assert "sgl_kernel ops captured in CUDA graphs: " + ", ".join(sorted(sglang_double.DECODE_OPS)) in proc.stderr
     assert _all_gone(pids)
 
 
 def test_launch_says_the_ops_as_text_and_a_failing_check_fails_serve(serve_env: ServeEnv, tmp_path: Path) -> None:
-    recipe, pids = _double_recipe(serve_env, tmp_path, _moe_model(serve_env, tmp_path / "moe"))
+    model = _moe_model(serve_env, tmp_path / "moe")
+    recipe, pids = _double_recipe(serve_env, tmp_path, model)
     proc = serve_env.cli(recipe, "--launch", "--smoke-only", "--check", "true")
     assert proc.returncode == 0, proc.stderr
     assert "sgl_kernel ops called for the requests: " in proc.stdout and "check passed in " in proc.stdout
-    failing = serve_env.cli(recipe, "--launch", "--smoke-only", "--check", "false")
+    # Without the op report nothing is put into the server (its recipe's ops folder is never made).
+    quiet = serve_recipe(serve_env.root, model, name="quiet", serve_extra='module = "sglang_double"\n',
+                         env={"PYTHONPATH": str(DOUBLE), "DOUBLE_PIDS": str(pids)})
+    failing = serve_env.cli(quiet, "--launch", "--smoke-only", "--no-op-report", "--check", "false")
     assert failing.returncode == 9
     assert _error(failing).startswith("error: the check `false`")
     assert "server stopped" in failing.stderr and _all_gone(pids)
-    off = serve_env.cli(recipe, "--launch", "--smoke-only", "--no-op-report", "--json")
-    assert off.returncode == 0 and "ops" not in json.loads(off.stdout)
+    assert not (serve_env.build.cache / "serve" / "ops" / "quiet").exists()
