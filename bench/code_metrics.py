@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG_MODULES = {"plan.py", "config.py", "mirrors.py", "process.py"}
 # Programs of their own, run by the build with the environment the tool made for it: the compiler
 # launcher hands that environment on to the compiler it starts (stdlib only, for its start-up time).
-OWN_PROGRAMS = {"recorder.py"}
+# The op-count hook runs inside the server's processes, configured by the variable the serve stage sets.
+OWN_PROGRAMS = {"recorder.py", "sitecustomize.py"}
 
 
 def metrics(package: Path) -> dict[str, object]:

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from token_agreement import SENTENCES
@@ -82,32 +83,44 @@ def make_weights(out: Path, seed: int, config: dict[str, object]) -> None:
 TRAIN_TEXT = SENTENCES
 
 
-def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, float]:
-    """Train the config in `out` on TRAIN_TEXT (a cycle of it) and save bf16 weights; the loss curve's ends."""
+def train(model: Any, out: Path, steps: int, device: str, seq: int = 128, loss_of: Any = None,
+          batch: int = 32) -> dict[str, float]:
+    """Train `model` (float32, on `device`) in place on TRAIN_TEXT tokenized by `out`'s tokenizer; the loss curve's
+    ends. `loss_of(model, batch)` gives the loss (default: the causal LM loss). The caller seeds torch once, before
+    making the model: its batches are drawn from the same generator."""
     import torch
     from tokenizers import Tokenizer
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    torch.manual_seed(seed)
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     # One fixed order, repeated: every continuation is determined by what came before, so the
     # trained model's greedy choice is decisive everywhere (a shuffled order leaves ties between
     # the possible next sentences).
     ids = tok.encode(" ".join(TRAIN_TEXT) + " ").ids * 64
     data = torch.tensor(ids, device=device)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), **dtype_kwarg(torch.float32)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     losses = []
     for _ in range(steps):
-        starts = torch.randint(0, len(data) - seq - 1, (32,), device=device)
-        batch = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
-        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1]).loss  # transformers shifts the labels
+        starts = torch.randint(0, len(data) - seq - 1, (batch,), device=device)
+        rows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
+        # transformers shifts the labels itself
+        loss = loss_of(model, rows) if loss_of else model(input_ids=rows[:, :-1], labels=rows[:, :-1]).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss))
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     return {"steps": steps, "first_loss": losses[0], "last_loss": losses[-1], "tokens": len(ids)}
+
+
+def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, float]:
+    """Train the config in `out` on TRAIN_TEXT (a cycle of it) and save bf16 weights; the loss curve's ends."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), **dtype_kwarg(torch.float32)).to(device)
+    record = train(model, out, steps, device, seq)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    return record
 
 
 def main() -> None:

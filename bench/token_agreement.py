@@ -5,15 +5,19 @@ Builds N fixed English prompts, tokenizes them with the model's tokenizer, asks 
 runs transformers' own greedy loop (AutoModelForCausalLM, --dtype, --device) on the same ids.
 It measures: the matching prefix per prompt until the first divergence (as a fraction of all
 N*T tokens), position-wise agreement over all T, prompts fully identical, teacher-forced
-agreement (transformers' argmax given sglang's own prefix), and at each first divergence the
+agreement (transformers' argmax given sglang's own prefix), the verdict of vLLM's check_logprobs_close
+rule per prompt (logprobs_close.py: where the ids first diverge, each side's token must be in the other's
+top-k logprobs, k=5; the server returns its top-k with `top_logprobs_num`), and at each first divergence the
 gap between transformers' logprob of its own top token and of sglang's token (a gap near 0
 is a near-tie broken differently by bf16 noise; a large one is a real disagreement), plus the
 largest |sglang logprob - transformers logprob| of the same token on the agreeing prefix.
-Runs offline (local files only). Writes JSON to --out and prints a short summary.
+Runs offline (local files only). Writes JSON to --out and prints a short summary. With --served-fp8 the
+server serves the block-FP8 copy of --model's bf16 weights, and the logprob-close verdict takes the FP8
+tolerance (logprobs_close.py: at least 90 % of prompts pass the top-5 rule).
 
     python bench/token_agreement.py --model DIR --url http://127.0.0.1:30000 \\
-        [--prompts 16] [--max-new-tokens 32] [--device cuda] [--dtype bfloat16] \\
-        [--wait-s 0] [--fail-below FRAC] --out agreement.json
+        [--prompts 64] [--max-new-tokens 32] [--top-k 5] [--served-fp8] [--device cuda] [--dtype bfloat16] \\
+        [--wait-s 0] [--fail-below FRAC] [--fail-not-close] --out agreement.json
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import logprobs_close
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -69,6 +76,7 @@ class ServerOutput:
     ids_source: str  # "output_ids" or "output_token_logprobs"
     ids_disagree: bool  # output_ids and the logprob triples name different tokens
     finish_reason: Any = None
+    top: list[dict[int, float]] = field(default_factory=list)  # per step: the server's top-k token -> logprob
 
 
 def _http(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 600.0) -> Any:
@@ -128,15 +136,18 @@ def parse_generate_response(resp: Any) -> ServerOutput:
     disagree = bool(triples) and lp_ids != tokens
     if len(lps) != len(tokens) or disagree:
         lps = [None] * len(tokens)
-    return ServerOutput(tokens, lps, source, disagree, meta.get("finish_reason"))
+    # meta_info.output_top_logprobs: per output step, [[logprob, token_id, text|None], ...] (top_logprobs_num long).
+    top = [{int(t[1]): float(t[0]) for t in step if t[0] is not None} for step in meta.get("output_top_logprobs") or []]
+    return ServerOutput(tokens, lps, source, disagree, meta.get("finish_reason"), top)
 
 
-def query_server(url: str, input_ids: list[int], max_new_tokens: int, timeout: float) -> ServerOutput:
+def query_server(url: str, input_ids: list[int], max_new_tokens: int, timeout: float,
+                 top_k: int = logprobs_close.TOP_K) -> ServerOutput:
     body = {
         "input_ids": input_ids,
         "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
         "return_logprob": True,
-        "top_logprobs_num": 1,
+        "top_logprobs_num": top_k,
         "logprob_start_len": -1,
     }
     return parse_generate_response(_http("POST", f"{url}/generate", body, timeout))
@@ -170,6 +181,7 @@ class PromptResult:
     hf_logprobs: list[float] = field(default_factory=list)
     hf_margins: list[float] = field(default_factory=list)  # transformers' top-1 minus top-2 logprob per step
     sglang_logprobs: list[float | None] = field(default_factory=list)
+    logprobs_close: dict[str, Any] = field(default_factory=dict)  # logprobs_close.Verdict of this prompt
 
 
 def load_model(model_dir: Path, device: str, dtype_name: str) -> tuple[Any, Any]:
@@ -191,9 +203,11 @@ class GreedyRun:
     logprobs: list[float]  # logprob of each own token
     margins: list[float]  # top-1 minus top-2 logprob at each step
     other_logprobs: list[float | None]  # logprob of other[step] at each step
+    top: list[dict[int, float]] = field(default_factory=list)  # per step: top-k token -> logprob
 
 
-def hf_greedy(model: Any, input_ids: list[int], steps: int, device: str, other: list[int]) -> GreedyRun:
+def hf_greedy(model: Any, input_ids: list[int], steps: int, device: str, other: list[int],
+              top_k: int = logprobs_close.TOP_K) -> GreedyRun:
     """Greedy decode with the KV cache (argmax of the float32 log-softmax of each step's logits)."""
     import inspect
 
@@ -212,6 +226,8 @@ def hf_greedy(model: Any, input_ids: list[int], steps: int, device: str, other: 
                 cache = out.get("past_key_values")
             logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             top2 = torch.topk(logp, 2)
+            best = torch.topk(logp, min(top_k, logp.numel()))
+            run.top.append({int(t): float(v) for t, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)})
             nxt = int(torch.argmax(logp))
             run.tokens.append(nxt)
             run.logprobs.append(float(logp[nxt]))
@@ -236,15 +252,18 @@ def hf_teacher_forced_argmax(model: Any, input_ids: list[int], continuation: lis
 
 
 def compare(model: Any, tok: Any, url: str, n_prompts: int, max_new_tokens: int, device: str,
-            timeout: float) -> tuple[list[PromptResult], list[Divergence], list[float]]:
+            timeout: float, top_k: int = logprobs_close.TOP_K) -> tuple[list[PromptResult], list[Divergence], list[float]]:
     results: list[PromptResult] = []
     divergences: list[Divergence] = []
     lp_diffs: list[float] = []
     for i, text in enumerate(prompt_texts(n_prompts)):
         ids = [int(t) for t in tok(text)["input_ids"]]
-        srv = query_server(url, ids, max_new_tokens, timeout)
+        srv = query_server(url, ids, max_new_tokens, timeout, top_k)
         sgl = srv.tokens[:max_new_tokens]
-        run = hf_greedy(model, ids, max_new_tokens, device, sgl)
+        run = hf_greedy(model, ids, max_new_tokens, device, sgl, top_k)
+        close = logprobs_close.check(logprobs_close.Output(run.tokens, run.top),
+                                     logprobs_close.Output(sgl, srv.top[:max_new_tokens]),
+                                     k=top_k, prompt=i, names=("transformers", "sglang"))
         hf, hf_lp, hf_lp_of_sgl = run.tokens, run.logprobs, run.other_logprobs
         first = next((j for j in range(max_new_tokens) if j >= len(sgl) or hf[j] != sgl[j]), None)
         agree_to = max_new_tokens if first is None else first
@@ -264,8 +283,23 @@ def compare(model: Any, tok: Any, url: str, n_prompts: int, max_new_tokens: int,
             teacher_forced_matches=sum(1 for a, b in zip(tf, sgl, strict=False) if a == b),
             sglang_ids_source=srv.ids_source, sglang_ids_disagree=srv.ids_disagree,
             finish_reason=srv.finish_reason, hf_logprobs=hf_lp, hf_margins=run.margins,
-            sglang_logprobs=srv.logprobs[:max_new_tokens]))
+            sglang_logprobs=srv.logprobs[:max_new_tokens], logprobs_close=asdict(close)))
     return results, divergences, lp_diffs
+
+
+def close_summary(results: list[PromptResult], top_k: int, served_fp8: bool,
+                  min_pass: float | None) -> logprobs_close.Summary:
+    """vLLM's rule over all prompts, with the tolerance of what is served (logprobs_close.py)."""
+    verdicts = [logprobs_close.Verdict(**r.logprobs_close) for r in results]
+    if min_pass is None:
+        min_pass = logprobs_close.FP8_MIN_PASS_FRACTION if served_fp8 else 1.0
+    what = ("the server serves the block-FP8 copy of the bf16 reference" if served_fp8
+            else "the server serves the reference's own weights")
+    return logprobs_close.summarize(
+        verdicts, k=top_k, min_pass_fraction=min_pass,
+        tolerance=f"{what}: a prompt passes when, at its first divergence, each side's token is in the other's "
+                  f"top {top_k} (vLLM's check_logprobs_close); the run passes when at least {min_pass:.0%} of "
+                  "prompts pass")
 
 
 def summarize(results: list[PromptResult], divergences: list[Divergence], lp_diffs: list[float],
@@ -312,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="HF folder: config, safetensors, tokenizer.")
     parser.add_argument("--url", required=True, help="sglang server, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--out", type=Path, required=True, help="JSON report.")
     parser.add_argument("--device", default=None, help="torch device for transformers (default: cuda if available, else cpu)")
@@ -323,6 +357,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="A first divergence whose logprob gap is at most this counts as a near-tie.")
     parser.add_argument("--fail-below", type=float, default=None,
                         help="Exit 1 if prefix_match_fraction is below this (e.g. 0.9).")
+    parser.add_argument("--top-k", type=int, default=logprobs_close.TOP_K,
+                        help="At a first divergence, each side's token must be in the other's top K logprobs.")
+    parser.add_argument("--served-fp8", action="store_true",
+                        help="The server serves the block-FP8 copy of --model: the FP8 tolerance (see logprobs_close.py).")
+    parser.add_argument("--min-pass", type=float, default=None,
+                        help="Fraction of prompts that must pass the top-K rule (default 1.0; 0.9 with --served-fp8).")
+    parser.add_argument("--fail-not-close", action="store_true",
+                        help="Exit 1 if the logprob-close verdict over all prompts is 'fail'.")
     parser.add_argument("--fail-beyond-tie", action="store_true",
                         help="Exit 1 if any first divergence has a gap above --tie-gap.")
     args = parser.parse_args(argv)
@@ -337,11 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     tok, model = load_model(args.model, device, args.dtype)
     try:
         results, divergences, lp_diffs = compare(model, tok, url, args.prompts, args.max_new_tokens, device,
-                                                 args.timeout_s)
+                                                 args.timeout_s, args.top_k)
     except (RuntimeError, ValueError, urllib.error.URLError, OSError) as e:
         print(f"token_agreement: {e}", file=sys.stderr)
         return 2
     summary = summarize(results, divergences, lp_diffs, args.max_new_tokens, args.tie_gap)
+    close = close_summary(results, args.top_k, args.served_fp8, args.min_pass)
+    summary["logprobs_close"] = close.to_dict()
     report = {
         "summary": summary,
         "setup": {"model": str(args.model), "url": url, "device": device, "dtype": args.dtype,
@@ -370,9 +414,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  transformers steps with top-2 margin <= {args.tie_gap}: {s['hf_steps_near_tie']}/{s['total_tokens']}")
     if s["logprob_max_abs_diff_on_agreeing_prefix"] is not None:
         print(f"  max |logprob sglang - hf| on agreeing prefix: {s['logprob_max_abs_diff_on_agreeing_prefix']:.4f}")
+    print(f"  logprobs close (top {close.k}): {close.passed}/{close.prompts} prompts pass, {close.identical} identical"
+          f" -> {close.verdict} ({close.tolerance})")
+    for r in results:
+        v = r.logprobs_close
+        if not v["passed"]:
+            print(f"  prompt {r.prompt:2d} NOT close: {v['reason']}")
     print(f"  report: {args.out}")
     if args.fail_below is not None and (s["prefix_match_fraction"] or 0.0) < args.fail_below:
         print(f"FAIL: prefix_match_fraction {s['prefix_match_fraction']:.3f} < {args.fail_below}", file=sys.stderr)
+        return 1
+    if args.fail_not_close and close.verdict != "pass":
+        print(f"FAIL: {close.prompts - close.passed} prompt(s) not logprob-close ({close.tolerance})", file=sys.stderr)
         return 1
     if args.fail_beyond_tie and s["divergences_beyond_tie"]:
         print(f"FAIL: {s['divergences_beyond_tie']} divergence(s) with gap > {args.tie_gap}", file=sys.stderr)

@@ -263,9 +263,9 @@ def test_unit_is_verified_by_systemd_analyze_and_written_atomically(serve_env: S
 
 # --- launch, health, smoke, early exit, Ctrl-C, bench (against the test double) ---------------
 
-def _double_recipe(serve_env: ServeEnv, tmp_path: Path, **env: str) -> tuple[Path, Path]:
+def _double_recipe(serve_env: ServeEnv, tmp_path: Path, model: Path | None = None, **env: str) -> tuple[Path, Path]:
     pids = tmp_path / "pids.json"
-    recipe = serve_recipe(serve_env.root, serve_env.model, serve_extra='module = "sglang_double"\n'
+    recipe = serve_recipe(serve_env.root, model or serve_env.model, serve_extra='module = "sglang_double"\n'
                           "bench_concurrency = [1, 4]\nbench_input_len = 16\nbench_output_len = 8\n"
                           "bench_prompts = 8\nhealth_timeout_s = 60\n",
                           env={"PYTHONPATH": str(DOUBLE), "DOUBLE_PIDS": str(pids), **env})
@@ -361,19 +361,6 @@ def test_ctrl_c_stops_a_foreground_server_cleanly(serve_env: ServeEnv, tmp_path:
     assert "server stopped" in rest and _all_gone(pids)
 
 
-def test_bench_runs_sglang_bench_serving_and_records_it_beside_the_wheel(serve_env: ServeEnv, tmp_path: Path) -> None:
-    recipe, pids = _double_recipe(serve_env, tmp_path)
-    proc = serve_env.cli(recipe, "--bench", "--json")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    saved = json.loads(Path(result["bench_file"]).read_text())
-    assert Path(result["bench_file"]).parent == serve_env.out
-    assert [r["concurrency"] for r in saved["bench"]] == [1, 4]
-    assert all(r["completed"] == 8 and r["output_throughput"] > 0 and r["mean_ttft_ms"] > 0 for r in saved["bench"])
-    assert saved["provenance"]["version"] in serve_env.wheel.name and saved["server"]["smoke"]["tokens"] == 32
-    assert _all_gone(pids)
-
-
 def test_a_port_already_in_use_is_refused_before_starting(serve_env: ServeEnv, tmp_path: Path) -> None:
     recipe, pids = _double_recipe(serve_env, tmp_path)
     port = int(next(ln for ln in recipe.read_text().splitlines() if ln.startswith("port = ")).split("= ")[1])
@@ -401,3 +388,68 @@ def test_the_pipeline_checks_serve_last_when_the_recipe_has_it(serve_env: ServeE
     assert stages["build"]["status"] == "cached"
     assert list(stages)[-1] == "serve" and stages["serve"]["status"] == "checked"
     assert stages["serve"]["sglang"] == "0.5.9"
+
+
+# --- which kernels ran, and the user's checks (a MoE-shaped checkpoint, through the double) ---
+
+def _moe_model(serve_env: ServeEnv, folder: Path) -> Path:
+    """bench/tiny_moe.py's config beside the tiny tokenizer: the double's scheduler calls sgl_kernel ops for it."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import tiny_moe
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    shutil.copytree(serve_env.model, folder)
+    (folder / "config.json").write_text(json.dumps(tiny_moe.config(tiny_moe.Shape())))
+    return folder
+
+
+def test_bench_runs_sglang_bench_serving_and_reports_the_kernels_the_moe_server_called(serve_env: ServeEnv,
+                                                                                     tmp_path: Path) -> None:
+    sys.path.insert(0, str(DOUBLE))
+    try:
+        import sglang_double
+    finally:
+        sys.path.remove(str(DOUBLE))
+    model = _moe_model(serve_env, tmp_path / "moe")
+    recipe, pids = _double_recipe(serve_env, tmp_path, model)
+    seen = tmp_path / "url.txt"
+    check = f"{sys.executable} -c 'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])' {seen} {{url}}"
+    proc = serve_env.cli(recipe, "--bench", "--check", check, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert seen.read_text() == result["server"]["url"] and result["checks"][0]["returncode"] == 0
+    found = result["ops"]
+    assert found["sgl_kernel_ops"] == sorted(f"sgl_kernel::{n}" for n in {*sglang_double.PREFILL_OPS,
+                                                                          *sglang_double.DECODE_OPS})
+    assert found["graph_captured"] == {f"sgl_kernel::{n}": 2 for n in sglang_double.DECODE_OPS}
+    # Each request after the first snapshot ran the prefill ops once: the smoke request and bench_serving's
+    # 2 x 8 (and its warm-up), all in the one scheduler process.
+    counts = set(found["eager_during_requests"].values())
+    assert set(found["eager_during_requests"]) == {f"sgl_kernel::{n}" for n in sglang_double.PREFILL_OPS}
+    assert len(counts) == 1 and counts.pop() >= 17 and found["processes"] == 1
+    # The bench rows, beside the wheel with its provenance, the resolved backends and the op report.
+    saved = json.loads(Path(result["bench_file"]).read_text())
+    assert Path(result["bench_file"]).parent == serve_env.out
+    assert [r["concurrency"] for r in saved["bench"]] == [1, 4]
+    assert all(r["completed"] == 8 and r["output_throughput"] > 0 and r["mean_ttft_ms"] > 0 for r in saved["bench"])
+    assert saved["provenance"]["version"] in serve_env.wheel.name and saved["server"]["smoke"]["tokens"] == 32
+    assert saved["ops"]["graph_captured"] == found["graph_captured"] and saved["resolved"]["failures"] == []
+    assert "sgl_kernel ops captured in CUDA graphs: " + ", ".join(sorted(sglang_double.DECODE_OPS)) in proc.stderr
+    assert _all_gone(pids)
+
+
+def test_launch_says_the_ops_as_text_and_a_failing_check_fails_serve(serve_env: ServeEnv, tmp_path: Path) -> None:
+    model = _moe_model(serve_env, tmp_path / "moe")
+    recipe, pids = _double_recipe(serve_env, tmp_path, model)
+    proc = serve_env.cli(recipe, "--launch", "--smoke-only", "--check", "true")
+    assert proc.returncode == 0, proc.stderr
+    assert "sgl_kernel ops called for the requests: " in proc.stdout and "check passed in " in proc.stdout
+    # Without the op report nothing is put into the server (its recipe's ops folder is never made).
+    quiet = serve_recipe(serve_env.root, model, name="quiet", serve_extra='module = "sglang_double"\n',
+                         env={"PYTHONPATH": str(DOUBLE), "DOUBLE_PIDS": str(pids)})
+    failing = serve_env.cli(quiet, "--launch", "--smoke-only", "--no-op-report", "--check", "false")
+    assert failing.returncode == 9
+    assert _error(failing).startswith("error: the check `false`")
+    assert "server stopped" in failing.stderr and _all_gone(pids)
+    assert not (serve_env.build.cache / "serve" / "ops" / "quiet").exists()

@@ -26,6 +26,12 @@ def _human(result: dict[str, Any]) -> str:
                      + f", cuda_graph={r.get('cuda_graph', '?')}")
         lines.append(f"healthy after {s['seconds_to_healthy']} s; smoke {s['smoke']['tokens']} tokens at "
                      f"{s['smoke']['tokens_per_s']} tokens/s")
+        from build_kernel.stages.serve import ops
+
+        for check in result.get("checks", []):
+            lines.append(f"check passed in {check['seconds']} s: {check['command']}")
+        if result.get("ops"):
+            lines += ops.summary(result["ops"])
         for row in result.get("bench", []):
             lines.append(f"C={row['concurrency']}: {row['output_throughput']:.1f} output tokens/s, "
                          f"mean TTFT {row['mean_ttft_ms']:.1f} ms")
@@ -55,10 +61,17 @@ def _human(result: dict[str, Any]) -> str:
               help="With --install: install from this folder of wheels alone (an offline host); what it lacks is "
                    "listed before anything is installed.")
 @click.option("--flags-only", is_flag=True, help="With --install: only what sglang's flag parser needs (no GPU here).")
+@click.option("--op-report/--no-op-report", default=True, show_default=True,
+              help="With --launch/--bench: count the custom torch ops (sgl_kernel's) the server's processes call, and "
+                   "report those called for the smoke and bench requests and those captured in CUDA graphs.")
+@click.option("--check", "checks", multiple=True, metavar="CMD",
+              help="With --launch/--bench: after the smoke request, run CMD against the live server ({url} becomes "
+                   "its URL; split like a shell line, run without a shell); a failing check fails serve. Repeatable.")
 @click.option("--force", is_flag=True, help="Serve despite a refusal (unverified wheel, known-bad backend): loudly.")
 @click.pass_obj
 def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, unit: str | None, smoke_only: bool,
-              install: bool, wheelhouse: Path | None, flags_only: bool, force: bool) -> None:
+              install: bool, wheelhouse: Path | None, flags_only: bool, op_report: bool, checks: tuple[str, ...],
+              force: bool) -> None:
     """Serve the recipe's model with the wheel we built: checked flags, systemd unit, launch, bench."""
     from build_kernel.stages.serve import ServeStage
 
@@ -68,10 +81,13 @@ def serve_cmd(opts: Options, wheel: Path | None, model: str | None, mode: str, u
         raise click.UsageError("--wheelhouse goes with --install")
     if unit is not None:
         mode = "unit"
+    if checks and mode not in ("launch", "bench"):
+        raise click.UsageError("--check goes with --launch or --bench (it needs a live server)")
     p = opts.plan()
     stage = ServeStage(mode, model=model, force=force, unit_path=None if unit in (None, "-") else Path(unit),
                        install=install, flags_only=flags_only, smoke_only=smoke_only,
-                       wheelhouse=wheelhouse.resolve() if wheelhouse else None)
+                       wheelhouse=wheelhouse.resolve() if wheelhouse else None, op_report=op_report,
+                       checks=checks)
     if stage.skip(stages.Context(p)) is not None:
         raise click.UsageError(f"the recipe {p.recipe.name} has no [serve] model: pass --model PATH|ID")
     # Checking (--dry-run, the default) makes nothing: --install is what creates environments.

@@ -1,10 +1,11 @@
 """Serve: sglang on the wheel we built, with checked flags (and a unit, a launch, a bench).
 
 Modes: `check` (the pipeline's: preflight, flags, guards, the command), `unit` (a systemd
-unit, verified), `launch` (start, health, smoke; then serve in the foreground unless
-`smoke_only`), `bench` (launch, then sglang.bench_serving at each concurrency, then stop).
+unit, verified), `launch` (start, health, smoke, the user's checks; then serve in the
+foreground unless `smoke_only`), `bench` (launch, checks, then sglang.bench_serving at each concurrency, then
+stop).
 Parts: environment (the serve interpreter), install, preflight, flags, checkpoint,
-backends (known_bad.toml), command, unit, launch, bench.
+backends (known_bad.toml), command, unit, launch, checks, bench, ops (which kernels the server called).
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ class ServeStage:
 
     def __init__(self, mode: str = "check", *, model: str | None = None, force: bool = False,
                  unit_path: Path | None = None, install: bool = False, flags_only: bool = False,
-                 smoke_only: bool = False, wheelhouse: Path | None = None) -> None:
+                 smoke_only: bool = False, wheelhouse: Path | None = None, op_report: bool = True,
+                 checks: tuple[str, ...] = ()) -> None:
         assert mode in MODES
         self.mode, self.model, self.force, self.unit_path = mode, model, force, unit_path
         self.install, self.flags_only, self.smoke_only = install, flags_only, smoke_only
-        self.wheelhouse = wheelhouse
+        self.wheelhouse, self.op_report, self.checks = wheelhouse, op_report, checks
         self.result: dict[str, Any] = {}
 
     def skip(self, ctx: Context) -> str | None:
@@ -119,22 +121,36 @@ class ServeStage:
         return found.to_dict()
 
     def _launch(self, ctx: Context, cmd: Any, wheel: Path) -> None:
-        from build_kernel.stages.serve import bench, launch, preflight
+        from build_kernel.stages.serve import bench, checks, launch, ops, preflight
 
         serve = ctx.plan.recipe.serve
         log_path = ctx.plan.cache_dir / "logs" / f"serve-{ctx.plan.recipe.name}.log"
         start = log_path.stat().st_size if log_path.is_file() else 0  # the log is appended to
-        with launch.running(cmd.argv, cmd.env, host=serve.host, port=serve.port, timeout=serve.health_timeout_s,
-                            log_path=log_path) as (server, launched):
+        # The op-count hook goes into the server's processes only (bench_serving, a client, keeps cmd.env).
+        ops_dir = ctx.plan.cache_dir / "serve" / "ops" / ctx.plan.recipe.name
+        env = ops.enable(cmd.env, ops_dir) if self.op_report else cmd.env
+        counted: list[ops.Counts] = []
+        before_smoke = (lambda: counted.append(ops.snapshot(ops_dir))) if self.op_report else None
+        with launch.running(cmd.argv, env, host=serve.host, port=serve.port, timeout=serve.health_timeout_s,
+                            log_path=log_path, before_smoke=before_smoke) as (server, launched):
             self.result["server"] = launched.to_dict()
             self.result["resolved"] = self._audit(log_path, start, cmd.asked)
+            if self.checks:  # against this very server, before the bench loads it
+                self.result["checks"] = checks.run(self.checks, launched.url, cmd.env, log_path)
             if self.mode == "bench":
                 rows = bench.run(cmd.python, cmd.env, host=serve.host, port=serve.port, model=cmd.model, serve=serve,
                                  out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path)
+                self.result["bench"] = rows
+            if counted:  # after smoke (and bench), while the server still runs
+                self.result["ops"] = ops.report(counted[0], ops.snapshot(ops_dir))
+                self.result["ops"]["folder"] = str(ops_dir)
+                for line in ops.summary(self.result["ops"]):
+                    log.info(line)
+            if self.mode == "bench":
                 out = wheel.with_name(wheel.name + ".serve-bench.json")
                 bench.write(out, rows, provenance=preflight.wheel_record(wheel)[1], launched=launched.to_dict(),
-                            argv=cmd.argv)
-                self.result["bench"], self.result["bench_file"] = rows, str(out)
+                            argv=cmd.argv, resolved=self.result["resolved"], ops=self.result.get("ops"))
+                self.result["bench_file"] = str(out)
             elif not self.smoke_only:
                 log.info(f"serving on {launched.url} (Ctrl-C stops it)")
                 launch.serve_foreground(server)

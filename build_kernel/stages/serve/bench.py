@@ -48,6 +48,7 @@ def run(python: str, env: Mapping[str, str], *, host: str, port: int, model: str
 
 
 def write(path: Path, rows: list[dict[str, Any]], *, provenance: dict[str, Any], launched: dict[str, Any],
-          argv: list[str]) -> None:
-    atomic.write_text(path, json.dumps({"provenance": provenance, "server": launched, "argv": argv, "bench": rows},
-                                       indent=2, default=str))
+          argv: list[str], resolved: dict[str, Any] | None = None, ops: dict[str, Any] | None = None) -> None:
+    """The bench rows beside what ran them: the server's resolved backends and the ops it called (ops.py)."""
+    atomic.write_text(path, json.dumps({"provenance": provenance, "server": launched, "argv": argv, "bench": rows,
+                                        "resolved": resolved, "ops": ops}, indent=2, default=str))

@@ -12,7 +12,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,8 +105,10 @@ def smoke(url: str, *, max_new_tokens: int = 32, timeout: float = 300) -> dict[s
 
 @contextmanager
 def running(argv: Sequence[str], env: Mapping[str, str], *, host: str, port: int, timeout: float,
-            log_path: Path) -> Iterator[tuple[process.Spawned, Launched]]:
-    """The server, healthy and smoke-tested; stopped on leaving (also on Ctrl-C or an error)."""
+            log_path: Path, before_smoke: Callable[[], None] | None = None
+            ) -> Iterator[tuple[process.Spawned, Launched]]:
+    """The server, healthy and smoke-tested; stopped on leaving (also on Ctrl-C or an error). `before_smoke`
+    runs once it is healthy, before the smoke request (a snapshot of what it has run so far)."""
     url = base_url(host, port)
     if _get(f"{url}/health", timeout=2) != 0:
         raise ServeError(f"something already answers on {url}", hint="stop it, or set [serve] port to a free port")
@@ -116,6 +118,8 @@ def running(argv: Sequence[str], env: Mapping[str, str], *, host: str, port: int
         launched = Launched(url, server.pid, str(log_path))
         with log.step(f"server pid {server.pid} on {url} (log {log_path})"):
             launched.seconds_to_healthy = round(wait_healthy(server, url, timeout), 1)
+            if before_smoke is not None:
+                before_smoke()
             launched.smoke = smoke(url)
         log.info(f"healthy after {launched.seconds_to_healthy} s; smoke: {launched.smoke['tokens']} tokens "
                  f"at {launched.smoke['tokens_per_s']} tokens/s: {launched.smoke['text'][:60]!r}")

@@ -1,0 +1,140 @@
+"""The tiny MoE served on the H200 from the tool's wheel (issue 41), from the raw tarball of bench/gpu_h200_moe_serve.sh.
+
+Per variant (bf16, block FP8): the server's resolved backends, the sgl_kernel ops it called for the requests
+and those captured in CUDA graphs (the op report of `serve`), each of the issue's kernel families found or
+not among them, the 64-prompt logprob-close verdicts against transformers on the bf16 weights with the
+exact-id figure beside them, and C=1 / C=32 throughput. Plus the checkpoint's training record, the host,
+each step's time and the notes (any backend asked for, and why). Nothing is typed by hand.
+
+    python bench/gpu_h200_moe_serve.py moe-serve-raw.tar.gz [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_arch_pruning import ROOT, member
+
+# The issue's kernel families, matched on the counted names (sgl_kernel ops; flashinfer and deep_gemm entries).
+FAMILIES = {
+    "moe_routing": r"topk_softmax|topk_sigmoid|moe_fused_gate|fused_topk",
+    "moe_alignment": r"moe_align_block_size",
+    "fp8_gemm": r"fp8_blockwise_scaled_mm|fp8_scaled_mm|per_token_group_quant|deep_gemm\.|fp8_gemm",
+    "rmsnorm": r"rmsnorm",
+    "rotary": r"rope|rotary",
+    "activation": r"silu_and_mul|gelu_and_mul",
+    "sampling": r"sampling|renorm|min_p|top_k_mask",
+    "attention": r"prefill|decode|attention|merge_state|flash_attn|fwd_",
+}
+
+
+def _json(tar: tarfile.TarFile, suffix: str) -> Any:
+    raw = member(tar, suffix)
+    if not raw:
+        return None
+    text = raw.decode(errors="replace")
+    start, end = text.find("{"), text.rfind("}")  # the tool's --json is one object; progress went to stderr
+    try:
+        return json.loads(text[start:end + 1]) if 0 <= start < end else None
+    except json.JSONDecodeError:
+        return None
+
+
+def _text(tar: tarfile.TarFile, suffix: str) -> str:
+    return (member(tar, suffix) or b"").decode(errors="replace")
+
+
+def families(ops: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """Per family: the counted names that match it, called for the requests and captured in graphs."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for family, pattern in FAMILIES.items():
+        out[family] = {kind: sorted(n for n in ops.get(key, {}) if re.search(pattern, n))
+                       for kind, key in (("requests", "eager_during_requests"), ("graph", "graph_captured"))}
+    return out
+
+
+def _agreement(report: Any) -> dict[str, Any] | None:
+    if not report:
+        return None
+    s = report["summary"]
+    close = s.get("logprobs_close") or {}
+    diverged = [p["logprobs_close"] for p in report.get("per_prompt", []) if p["logprobs_close"].get("tokens")]
+    return {
+        "logprobs_close": close,
+        "exact_id_prompts": s.get("prompts_identical"), "prompts": s.get("prompts"),
+        "max_new_tokens": s.get("max_new_tokens"), "prefix_match_fraction": s.get("prefix_match_fraction"),
+        "logprob_max_abs_diff_on_agreeing_prefix": s.get("logprob_max_abs_diff_on_agreeing_prefix"),
+        "hf_min_margin": s.get("hf_min_margin"),
+        "first_divergences": [{k: d.get(k) for k in ("prompt", "first_divergence", "tokens", "passed",
+                                                     "a_token_rank_in_b", "b_token_rank_in_a", "reason")}
+                              for d in diverged],
+    }
+
+
+def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
+    result = _json(tar, f"{name}/bench.json")
+    err = _text(tar, f"{name}/bench.err")
+    if result is None and not err:
+        return None
+    result = result or {}
+    ops = result.get("ops") or {}
+    server = result.get("server") or {}
+    rows = {row["concurrency"]: row for row in result.get("bench", [])}
+    error = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error: ")), None)
+    return {
+        "error": error,
+        "argv": result.get("argv"), "sglang": result.get("sglang"), "resolved": result.get("resolved"),
+        "time_to_healthy_s": server.get("seconds_to_healthy"), "smoke": server.get("smoke"),
+        "ops": {k: ops.get(k) for k in ("sgl_kernel_ops", "eager_during_requests", "graph_captured", "processes")},
+        "families": families(ops),
+        "families_missing": sorted(f for f, seen in families(ops).items() if not (seen["requests"] or seen["graph"])),
+        "agreement": _agreement(_json(tar, f"{name}/agreement.json")),
+        "checks": [{k: c.get(k) for k in ("command", "returncode", "seconds")} for c in result.get("checks", [])],
+        "bench": {f"C={c}": {k: r.get(k) for k in ("output_throughput", "request_throughput", "mean_ttft_ms",
+                                                   "median_ttft_ms", "mean_itl_ms", "completed")}
+                  for c, r in sorted(rows.items())},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/gpu_h200_moe_serve.sh")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
+    args = parser.parse_args()
+    with tarfile.open(args.raw) as tar:
+        training = _json(tar, "training.json") or {}
+        runs = {name: v for name in ("bf16", "fp8") if (v := variant(tar, name)) is not None}
+        dry = _json(tar, "dry-run.json") or {}
+        result = {
+            "what": __doc__.split("\n\n")[0],
+            "raw": args.raw.name,
+            "host": _text(tar, "host.txt").splitlines(),
+            "steps": _text(tar, "steps.txt").splitlines(),
+            "notes": _text(tar, "notes.txt").splitlines(),
+            "sglang": dry.get("sglang"), "sglang_from": dry.get("sglang_from"), "serve_argv": dry.get("argv"),
+            "model": {"config": _json(tar, "config-bf16.json"),
+                      "fp8_quantization_config": (_json(tar, "config-fp8.json") or {}).get("quantization_config"),
+                      "training": {k: v for k, v in training.items() if k != "tokens_per_expert_per_layer"},
+                      "tokens_per_expert_per_layer": training.get("tokens_per_expert_per_layer")},
+            "variants": runs,
+        }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for name, r in runs.items():
+        close = (r["agreement"] or {}).get("logprobs_close") or {}
+        print(name, r["error"] or "", f"{len(r['ops']['sgl_kernel_ops'] or [])} sgl_kernel ops;",
+              f"missing families: {r['families_missing']};",
+              f"logprobs close {close.get('passed')}/{close.get('prompts')} ({close.get('verdict')}),",
+              f"exact {(r['agreement'] or {}).get('exact_id_prompts')};",
+              {c: row["output_throughput"] for c, row in r["bench"].items()})
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

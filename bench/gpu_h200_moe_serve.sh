@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Issue 41 on the H200, one call, offline: the tiny MoE (bench/tiny_moe.py) in bf16 and block FP8, each served
+# through `build-kernel serve --bench` as a user runs it, on the wheel the tool built, with SGLang's default
+# backends; per variant, one server start serves the smoke request, the 64-prompt logprob-close check against
+# transformers on the bf16 weights (`--check`: bench/token_agreement.py), 8 sampled requests (so the sampling
+# kernels run: greedy is an argmax) and sglang.bench_serving at C=1 and C=32; the op report (which sgl_kernel
+# ops ran) comes from the same start. Everything lands in
+# $OUT/moe-serve-raw.tar.gz (packed again after each step, so a cut-off run still brings back what it did);
+# bench/gpu_h200_moe_serve.py turns it into bench/results/gpu_h200_moe_serve.json.
+#
+#   bash bench/gpu_h200_moe_serve.sh            # after the build call: its cache and wheel are reused
+#
+# Environment (defaults are .device/run.sh's): RECIPE (.device/h9.toml), WHEEL (newest in the output dir),
+# BUILD_KERNEL_CACHE_DIR (/tmp/bkc), BUILD_KERNEL_OUTPUT_DIR (/tmp/bkw), WHEELHOUSE (.device/wh: the tool's
+# own dependencies and sglang's, offline), MOE_CACHE (.device/cache/moe: the checkpoints, made if absent),
+# INSTALL (1: `serve --install --wheelhouse` first), VARIANTS ("bf16 fp8"), BUDGET_S (540: a variant after the
+# first is skipped when less than 200 s of it are left; the first start JIT-compiles flashinfer's kernels, a
+# second call finds them cached), OUT (/tmp/moe-out).
+set -u
+export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+OUT=${OUT:-/tmp/moe-out}
+RECIPE=$(realpath "${RECIPE:-.device/h9.toml}")
+WHEELHOUSE=$(realpath "${WHEELHOUSE:-.device/wh}")
+MOE_CACHE=${MOE_CACHE:-$REPO/.device/cache/moe}
+INSTALL=${INSTALL:-1}
+VARIANTS=${VARIANTS:-bf16 fp8}
+BUDGET_S=${BUDGET_S:-540}
+export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc} BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
+R=/tmp/moe-serve-raw; rm -rf "$R"; mkdir -p "$R" "$OUT" "$MOE_CACHE"
+t0=$(date +%s)
+step() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$R/steps.txt"; tar -czf "$OUT/moe-serve-raw.tar.gz" -C "$R" .; }
+
+# The tool's own dependencies (GitPython, unidiff, pyelftools), as .device/run.sh installs them.
+if [ ! -d /tmp/bk-site ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
+    "$WHEELHOUSE"/[Gg]it[Pp]ython*.whl "$WHEELHOUSE"/gitdb*.whl "$WHEELHOUSE"/smmap*.whl \
+    "$WHEELHOUSE"/unidiff*.whl "$WHEELHOUSE"/pyelftools*.whl
+fi
+export PYTHONPATH=$REPO:/tmp/bk-site
+# The recipe's public URLs to the carried snapshots, as .device/run.sh does (sglang from source is fetched).
+if [ -f .device/gitenv.sh ]; then MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh; fi
+bk() { python3 -m build_kernel "$@"; }
+{ date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; nproc
+  python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; git -C "$REPO" rev-parse HEAD; } \
+  > "$R/host.txt" 2>&1
+WHEEL=${WHEEL:-$(ls -t "$BUILD_KERNEL_OUTPUT_DIR"/*.whl 2>/dev/null | head -1)}
+echo "wheel: $WHEEL" >> "$R/host.txt"
+[ -n "$WHEEL" ] || { step "no wheel in $BUILD_KERNEL_OUTPUT_DIR"; exit 1; }
+
+# 1. The checkpoints: trained on the GPU (seconds), cached by their inputs in MOE_CACHE.
+python3 bench/tiny_moe.py "$MOE_CACHE" --device cuda > "$R/moe.json" 2> "$R/moe.err"; step "checkpoints rc=$?"
+BF16=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bf16"])' "$R/moe.json")
+FP8=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fp8"])' "$R/moe.json")
+cp "$(dirname "$BF16")/training.json" "$R/training.json"; cp "$BF16/config.json" "$R/config-bf16.json"
+cp "$FP8/config.json" "$R/config-fp8.json"
+
+# 2. The serve recipe: the build's recipe with a [serve] for this model. Default backends: only the tensor
+# parallel size is given (and the attention backend where the wheel lacks FA3, below).
+write_recipe() {  # $1: extra serve args (a TOML list's items)
+  mkdir -p "$R/recipes"
+  cat > "$R/recipes/moe-serve.toml" <<EOF
+extends = "$RECIPE"
+description = "issue 41: the tiny MoE, bf16 and block FP8, served with SGLang's default backends"
+
+[serve]
+model = "$BF16"
+args = ["--tp-size", "1"$1]
+host = "127.0.0.1"
+port = 30000
+health_timeout_s = 900
+bench_concurrency = [1, 32]
+bench_input_len = 256
+bench_output_len = 128
+bench_prompts = 32
+
+[serve.env]
+# DeepGEMM (if the wheel ships it) then compiles on first use instead of for every batch size at start-up:
+# the same kernels, a start that fits the call.
+SGLANG_JIT_DEEPGEMM_PRECOMPILE = "false"
+EOF
+}
+write_recipe ""
+OVR=$R/recipes/moe-serve.toml
+if [ "$INSTALL" = 1 ]; then
+  bk --json serve "$WHEEL" --recipe "$OVR" --install --wheelhouse "$WHEELHOUSE" > "$R/install.json" 2> "$R/install.err"
+  step "install rc=$?"
+fi
+if [ ! -f "$WHEEL.verify.json" ]; then
+  bk --json verify "$WHEEL" --recipe "$OVR" > "$R/verify.json" 2> "$R/verify.err"; step "verify rc=$?"
+fi
+bk --json serve "$WHEEL" --recipe "$OVR" > "$R/dry-run.json" 2> "$R/dry-run.err"; step "dry-run rc=$?"
+SERVE_PY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["python"])' "$R/dry-run.json" 2>/dev/null || echo python3)
+
+# 3. SGLang's default attention backend on an H200 is fa3 (server_args._get_default_attn_backend). A wheel may
+# lack it (SGL_KERNEL_FA3=OFF: no flash_ops, the fallback raises at the first call) or keep only other head dims
+# (series v8's [build] fa3): one FA3 call of this model's shape (head_dim 64, bf16, causal, GQA) decides. Where it
+# does not run, flashinfer, sglang's default where fa3 is not picked, is asked for, and the notes say why.
+HEAD_DIM=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"])' "$BF16/config.json")
+"$SERVE_PY" - $HEAD_DIM > "$R/fa3-probe.txt" 2>&1 <<'PY'
+import sys, torch
+from sgl_kernel.flash_attn import flash_attn_varlen_func
+d, hq, hk = (int(x) for x in sys.argv[1:4])
+n = 16
+q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16)
+k, v = (torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+cu = torch.tensor([0, n], dtype=torch.int32, device="cuda")
+out = flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=True)
+torch.cuda.synchronize()
+print(f"fa3 ran head_dim {d} bf16: {tuple((out[0] if isinstance(out, tuple) else out).shape)}")
+PY
+if [ $? = 0 ]; then
+  echo "attention: sglang's default (fa3 on H200): $(tail -1 "$R/fa3-probe.txt")" >> "$R/notes.txt"
+else
+  write_recipe ', "--attention-backend", "flashinfer"'
+  echo "attention: --attention-backend flashinfer: this wheel's FA3 does not run this model's attention" \
+       "($(tail -1 "$R/fa3-probe.txt" | cut -c1-300)), so sglang's H200 default fa3 would fail at its first" \
+       "call; flashinfer is sglang's default where fa3 is not picked" >> "$R/notes.txt"
+  bk --json serve "$WHEEL" --recipe "$OVR" > "$R/dry-run.json" 2> "$R/dry-run.err"; step "dry-run (flashinfer) rc=$?"
+fi
+
+# 4. Each variant: one start for smoke, the 64-prompt check, the bench, the op report.
+serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's extra flags
+  local v=$1 d=$R/$1
+  mkdir -p "$d"
+  local check="$(command -v python3) $REPO/bench/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32"
+  check="$check --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $3"
+  # Greedy requests never sample (sglang takes an argmax): a few sampled ones make the sampling kernels run.
+  local sampled="$(command -v python3) $REPO/bench/sampled_requests.py --url {url} --requests 8"
+  # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
+  timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
+    --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
+  local rc=$?
+  cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null
+  cp -r "$BUILD_KERNEL_CACHE_DIR/serve/ops/moe-serve" "$d/ops" 2>/dev/null
+  cp "$BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log" "$R/server.log" 2>/dev/null  # both variants, appended
+  step "serve $v rc=$rc"
+}
+for v in $VARIANTS; do
+  if [ "$v" != "${VARIANTS%% *}" ] && [ $(( $(date +%s) - t0 )) -ge $(( BUDGET_S - 200 )) ]; then
+    step "$v skipped: $(( $(date +%s) - t0 )) s spent of BUDGET_S=$BUDGET_S (run again with VARIANTS=$v)"; continue
+  fi
+  case $v in bf16) serve_variant bf16 "$BF16" "" ;; fp8) serve_variant fp8 "$FP8" "--served-fp8" ;; esac
+done
+step "done"

@@ -1,0 +1,212 @@
+"""A tiny trained mixture-of-experts checkpoint (Mixtral architecture), in bf16 and as block-wise FP8.
+
+For serving a model that calls the wheel's MoE, FP8 GEMM, RMSNorm, rotary, attention and sampling kernels
+(issue 41). Mixtral, because SGLang 0.5.9 serves `MixtralForCausalLM` with its fused MoE and its `fp8`
+block loader, and transformers runs the same weights as the reference. The shape: a few layers, 8
+experts, top-2 routing, GQA (4 query heads, 2 KV heads, head_dim 64), hidden and expert intermediate sizes
+multiples of 128 (block FP8 scales 128x128 blocks, and SGLang refuses a merged QKV or gate/up whose parts
+are not whole blocks). The tokenizer and the training are tiny_model.py's (the fixed text in one order, so
+greedy decoding is decisive), plus Mixtral's load-balancing loss so that every expert is used.
+
+Saved by name, not by `save_pretrained`, so the folder does not depend on the transformers version:
+`model.layers.L.block_sparse_moe.{gate,experts.E.w1,w2,w3}.weight`, the names SGLang's Mixtral loader
+maps. The FP8 copy (fp8_block.py) quantizes every attention projection and expert weight (float8_e4m3fn
+`weight` + float32 `weight_scale_inv` per 128x128 block); the router gate (SGLang runs it unquantized),
+embeddings, norms and lm_head stay bf16; config.json gains `quantization_config`.
+
+Seeded (bit-for-bit on CPU; on CUDA, Mixtral's index_add_ accumulates in a run-dependent order) and cached: CACHE/tiny-moe-KEY/{bf16,fp8}, KEY a hash of the shape, seed, steps,
+device kind, torch and transformers versions and these scripts' sources; made in a partial folder and
+renamed, so a folder that exists is whole.
+
+    python bench/tiny_moe.py CACHE [--layers 3] [--hidden 256] [--intermediate 256] [--experts 8]
+                             [--top-k 2] [--device cpu|cuda] [--steps N] [--batch N] [--seq N] [--seed 0]
+
+(steps, batch, seq default per device: TRAINING.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import fp8_block
+import tiny_model
+
+# Training defaults per device (steps, batch, seq): on CPU what 2 busy cores do in a few minutes (loss ~1.3:
+# greedy mostly decisive); on a GPU, seconds, what tiny_model.py gives the dense model and more (loss << 0.1).
+TRAINING = {"cpu": {"steps": 120, "batch": 16, "seq": 64}, "cuda": {"steps": 600, "batch": 32, "seq": 128}}
+# The weights SGLang's Fp8LinearMethod / Fp8MoEMethod load as block FP8 in MixtralForCausalLM.
+QUANTIZED = re.compile(r"\.(self_attn\.[qkvo]_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$")
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int = 3
+    hidden: int = 256
+    intermediate: int = 256
+    experts: int = 8
+    top_k: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    vocab: int = 1000
+    seed: int = 0
+    steps: int = 120
+    batch: int = 16
+    seq: int = 64
+
+
+    def check(self) -> None:
+        head_dim = self.hidden // self.heads
+        for what, size in (("hidden", self.hidden), ("intermediate", self.intermediate),
+                           ("KV projection (kv_heads x head_dim)", self.kv_heads * head_dim)):
+            if size % fp8_block.BLOCK[0]:
+                raise SystemExit(f"tiny_moe: {what} {size} is not a multiple of {fp8_block.BLOCK[0]} (block FP8)")
+        if self.heads % self.kv_heads or self.top_k > self.experts:
+            raise SystemExit("tiny_moe: heads must be a multiple of kv_heads, and top_k at most experts")
+
+
+def config(shape: Shape) -> dict[str, Any]:
+    return {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate, "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.hidden // shape.heads, "num_local_experts": shape.experts,
+        "num_experts_per_tok": shape.top_k, "vocab_size": shape.vocab, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 0, "eos_token_id": 1,
+        "torch_dtype": "bfloat16", "tie_word_embeddings": False, "hidden_act": "silu", "sliding_window": None,
+        "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
+    }
+
+
+def key(shape: Shape, device: str) -> str:
+    import torch
+    import transformers
+
+    sources = [(HERE / name).read_bytes() for name in ("tiny_moe.py", "tiny_model.py", "fp8_block.py")]
+    spec = {"shape": asdict(shape), "device": device.split(":")[0], "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "sources": [hashlib.sha256(s).hexdigest() for s in sources],
+            "text": hashlib.sha256(json.dumps(tiny_model.TRAIN_TEXT).encode()).hexdigest()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _aux_loss(model: Any, batch: Any) -> Any:
+    # Mixtral's load-balancing term (router_aux_loss_coef x aux) is added to the LM loss when asked for.
+    return model(input_ids=batch[:, :-1], labels=batch[:, :-1], output_router_logits=True).loss
+
+
+def _stats(model: Any, out: Path, shape: Shape, device: str) -> dict[str, Any]:
+    """How decisive the trained model is, and how evenly it routes, on the training text."""
+    import torch
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(" ".join(tiny_model.TRAIN_TEXT)).ids
+    with torch.no_grad():
+        res = model(input_ids=torch.tensor([ids], device=device), output_router_logits=True)
+        probs = torch.softmax(res.logits[0].float(), dim=-1)
+        top2 = probs.topk(2, dim=-1).values
+        per_layer = []
+        for logits in res.router_logits:
+            chosen = logits.topk(shape.top_k, dim=-1).indices.flatten()
+            per_layer.append(torch.bincount(chosen, minlength=shape.experts).tolist())
+    return {"mean_top1_prob": float(top2[:, 0].mean()), "min_top1_minus_top2_prob": float((top2[:, 0] - top2[:, 1]).min()),
+            "tokens_per_expert_per_layer": per_layer}
+
+
+def _canonical(state: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    want = f"model.layers.{shape.layers - 1}.block_sparse_moe.experts.{shape.experts - 1}.w2.weight"
+    if want not in state:
+        raise SystemExit(f"tiny_moe: this transformers names Mixtral's weights otherwise ({want} is missing; "
+                         f"e.g. {sorted(state)[:3]}): SGLang's loader maps the 4.x names; use transformers 4.5x")
+    return {k: v.detach().to("cpu") for k, v in state.items() if "rotary_emb" not in k}
+
+
+def _save(folder: Path, tensors: dict[str, Any], cfg: dict[str, Any], tokenizer_from: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy2(tokenizer_from / name, folder / name)
+
+
+def fp8_tensors(bf16: dict[str, Any]) -> dict[str, Any]:
+    """The block-FP8 copy of a bf16 state dict: QUANTIZED weights as (weight, weight_scale_inv), the rest as is."""
+    out: dict[str, Any] = {}
+    for name, tensor in bf16.items():
+        if QUANTIZED.search(name):
+            out[name], out[name.removesuffix("weight") + "weight_scale_inv"] = fp8_block.quantize(tensor)
+        else:
+            out[name] = tensor
+    return out
+
+
+def make(cache: Path, shape: Shape, device: str = "cpu") -> dict[str, Any]:
+    """{"bf16": folder, "fp8": folder, "key", "cached", "training"}: made once per key."""
+    shape.check()
+    root = cache / f"tiny-moe-{key(shape, device)}"
+    if (root / "training.json").is_file():
+        return {"bf16": str(root / "bf16"), "fp8": str(root / "fp8"), "key": root.name, "cached": True,
+                "training": json.loads((root / "training.json").read_text())}
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    work = partial / "tokenizer"
+    tiny_model.make_tokenizer(work, shape.vocab)
+    cfg = config(shape)
+    t0 = time.monotonic()
+    torch.manual_seed(shape.seed)
+    model = MixtralForCausalLM(MixtralConfig(**{k: v for k, v in cfg.items() if k != "torch_dtype"}))
+    model = model.to(device=device, dtype=torch.float32)
+    record: dict[str, Any] = tiny_model.train(model, work, shape.steps, device, shape.seq, loss_of=_aux_loss,
+                                              batch=shape.batch)
+    record["seconds"] = round(time.monotonic() - t0, 1)
+    model = model.to(torch.bfloat16).eval()
+    record.update(_stats(model, work, shape, device))
+    bf16 = _canonical(model.state_dict(), shape)
+    _save(partial / "bf16", bf16, cfg, work)
+    _save(partial / "fp8", fp8_tensors(bf16), {**cfg, "quantization_config": fp8_block.QUANTIZATION_CONFIG}, work)
+    record.update(shape=asdict(shape), device=device, torch=torch.__version__,
+                  quantized_weights=sum(1 for n in bf16 if QUANTIZED.search(n)))
+    (partial / "training.json").write_text(json.dumps(record, indent=1))
+    shutil.rmtree(work)
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+    return {"bf16": str(root / "bf16"), "fp8": str(root / "fp8"), "key": root.name, "cached": False,
+            "training": record}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cache", type=Path)
+    for field, default in asdict(Shape()).items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int,
+                            default=None if field in TRAINING["cpu"] else default)
+    parser.add_argument("--device", default="cpu", help="torch device for training (e.g. cuda).")
+    args = parser.parse_args()
+    training = TRAINING["cpu" if args.device == "cpu" else "cuda"]  # the defaults of steps, batch, seq
+    shape = Shape(**{f: training[f] if getattr(args, f) is None else getattr(args, f) for f in asdict(Shape())})
+    made = make(args.cache, shape, args.device)
+    print(json.dumps({k: made[k] for k in ("bf16", "fp8", "key", "cached")}))
+    t = made["training"]
+    print(f"loss {t['first_loss']:.3f} -> {t['last_loss']:.3f} in {t['steps']} steps ({t.get('seconds')} s); "
+          f"mean top-1 prob {t['mean_top1_prob']:.3f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Which kernels the server really ran: the op-count hook (op_hook/sitecustomize.py) put into the server's
+processes, and its counts read before the smoke request and after the bench.
+
+The resolved-backend audit (audit.py) says what sglang chose; this says which of the wheel's ops were
+called. Ops called eagerly between the two snapshots ran for the smoke and bench requests; ops counted
+while a CUDA graph was being captured ran at start-up and replay in every decode step since (Python never
+sees a replay, so their count is the captures', not the replays').
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HOOK = Path(__file__).with_name("op_hook")
+FOLDER_VAR = "BUILD_KERNEL_OPS_DIR"
+SETTLE_S = 1.2  # the hook writes at most once a second
+SETTLE_MAX_S = 8.0
+KERNEL_NAMESPACE = "sgl_kernel::"
+
+
+@dataclass
+class Counts:
+    """Every process's counts summed: op -> {"eager": n, "graph": n}, and how many processes wrote."""
+
+    calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    processes: int = 0
+
+
+def enable(env: Mapping[str, str], folder: Path) -> dict[str, str]:
+    """The server's environment with the hook first on PYTHONPATH, writing to `folder` (emptied first)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    path = os.pathsep.join(p for p in (str(HOOK), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, FOLDER_VAR: str(folder)}
+
+
+def read(folder: Path) -> Counts:
+    counts = Counts()
+    for path in sorted(folder.glob("ops-*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):  # renamed into place, so only a vanished file; skip it
+            continue
+        counts.processes += 1
+        for name, by_kind in (data.get("calls") or {}).items():
+            total = counts.calls.setdefault(name, {"eager": 0, "graph": 0})
+            for kind in ("eager", "graph"):
+                total[kind] += int(by_kind.get(kind, 0))
+    return counts
+
+
+def snapshot(folder: Path) -> Counts:
+    """The counts once they stop changing (the hook writes each second), or after SETTLE_MAX_S."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    last = read(folder)
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_S)
+        now = read(folder)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def report(before: Counts, after: Counts) -> dict[str, Any]:
+    """Ops called eagerly between the snapshots, ops captured in CUDA graphs, and the wheel's among them."""
+    eager = {name: c["eager"] - before.calls.get(name, {}).get("eager", 0) for name, c in after.calls.items()}
+    eager = {name: n for name, n in sorted(eager.items()) if n > 0}
+    graph = {name: c["graph"] for name, c in sorted(after.calls.items()) if c["graph"] > 0}
+    startup = {name: c["eager"] for name, c in sorted(before.calls.items()) if c["eager"] > 0}
+    kernel = sorted({n for n in (*eager, *graph) if n.startswith(KERNEL_NAMESPACE)})
+    return {
+        "eager_during_requests": eager,  # smoke (and bench): calls between the snapshots
+        "graph_captured": graph,  # called while a CUDA graph was captured: replayed in decode
+        "eager_at_startup": startup,  # warm-up, health check: before the first snapshot
+        "sgl_kernel_ops": kernel,
+        "processes": after.processes,
+        "seen": bool(after.calls),
+    }
+
+
+def summary(found: Mapping[str, Any]) -> list[str]:
+    if not found.get("seen"):
+        return ["ops: the hook counted no custom op in the server's processes (none called, or none imported "
+                "torch)"]
+
+    def names(ops: Mapping[str, int]) -> str:
+        short = [n.removeprefix(KERNEL_NAMESPACE) for n in ops if n.startswith(KERNEL_NAMESPACE)]
+        return ", ".join(short) or "none"
+
+    others = sorted({n.split("::")[0] if "::" in n else n.split(".")[0]
+                     for n in (*found["eager_during_requests"], *found["graph_captured"])
+                     if not n.startswith(KERNEL_NAMESPACE)})
+    return [f"sgl_kernel ops called for the requests: {names(found['eager_during_requests'])}",
+            f"sgl_kernel ops captured in CUDA graphs: {names(found['graph_captured'])}",
+            f"{len(found['sgl_kernel_ops'])} distinct sgl_kernel ops in {found['processes']} process(es)"
+            + (f"; other counted namespaces: {', '.join(others)}" if others else "")]

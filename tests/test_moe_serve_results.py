@@ -1,0 +1,68 @@
+"""bench/gpu_h200_moe_serve.py: the H200 run's tarball (as gpu_h200_moe_serve.sh packs it) into the results file:
+each kernel family of issue 41 found among the ops the server called, or named missing; the logprob-close
+verdict beside the exact-id figure; throughput per concurrency."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def _add(tar: tarfile.TarFile, name: str, data: object) -> None:
+    raw = (data if isinstance(data, str) else json.dumps(data)).encode()
+    info = tarfile.TarInfo(f"./{name}")
+    info.size = len(raw)
+    tar.addfile(info, io.BytesIO(raw))
+
+
+def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path: Path) -> None:
+    ops = {"sgl_kernel_ops": ["sgl_kernel::moe_align_block_size", "sgl_kernel::rmsnorm", "sgl_kernel::topk_softmax"],
+           "eager_during_requests": {"sgl_kernel::rmsnorm": 40, "sgl_kernel::moe_align_block_size": 30,
+                                     "flashinfer.sampling.top_k_top_p_sampling_from_probs": 8},
+           "graph_captured": {"sgl_kernel::topk_softmax": 6,
+                              "flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run": 6},
+           "eager_at_startup": {}, "processes": 1}
+    bench = {"argv": ["python", "-m", "sglang.launch_server"], "sglang": "0.5.9", "ops": ops,
+             "resolved": {"resolved": {"attention_backend": "flashinfer"}, "cuda_graph": "captured", "failures": []},
+             "server": {"seconds_to_healthy": 41.5, "smoke": {"tokens": 32}},
+             "checks": [{"command": "python bench/token_agreement.py", "returncode": 0, "seconds": 20.0}],
+             "bench": [{"concurrency": 1, "output_throughput": 480.0}, {"concurrency": 32, "output_throughput": 9100.0}]}
+    verdict = {"prompt": 3, "passed": True, "identical": False, "first_divergence": 5, "tokens": [371, 268],
+               "a_token_rank_in_b": 1, "b_token_rank_in_a": 2, "reason": ""}
+    agreement = {"summary": {"prompts": 64, "prompts_identical": 63, "max_new_tokens": 32,
+                             "logprobs_close": {"prompts": 64, "passed": 64, "identical": 63, "verdict": "pass"}},
+                 "per_prompt": [{"logprobs_close": verdict}, {"logprobs_close": {**verdict, "prompt": 4,
+                                                                                 "tokens": None}}]}
+    raw = tmp_path / "moe-serve-raw.tar.gz"
+    with tarfile.open(raw, "w:gz") as tar:
+        _add(tar, "bf16/bench.json", bench)
+        _add(tar, "bf16/bench.err", "✓ serve\n")
+        _add(tar, "bf16/agreement.json", agreement)
+        _add(tar, "training.json", {"last_loss": 0.04, "tokens_per_expert_per_layer": [[1, 2]]})
+        _add(tar, "notes.txt", "attention: --attention-backend flashinfer: no flash_ops\n")
+        _add(tar, "steps.txt", "40 s: checkpoints rc=0\n")
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(raw), "--out",
+                           str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert list(result["variants"]) == ["bf16"]  # fp8 was not run: absent, not empty
+    bf16 = result["variants"]["bf16"]
+    assert bf16["families"]["moe_routing"] == {"requests": [], "graph": ["sgl_kernel::topk_softmax"]}
+    assert bf16["families"]["attention"]["graph"] == ["flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run"]
+    assert bf16["families"]["sampling"]["requests"] == ["flashinfer.sampling.top_k_top_p_sampling_from_probs"]
+    assert bf16["families_missing"] == ["activation", "fp8_gemm", "rotary"]
+    assert bf16["agreement"]["logprobs_close"]["verdict"] == "pass" and bf16["agreement"]["exact_id_prompts"] == 63
+    assert [d["prompt"] for d in bf16["agreement"]["first_divergences"]] == [3]
+    assert bf16["bench"] == {"C=1": {"output_throughput": 480.0, "request_throughput": None, "mean_ttft_ms": None,
+                                     "median_ttft_ms": None, "mean_itl_ms": None, "completed": None},
+                             "C=32": {"output_throughput": 9100.0, "request_throughput": None, "mean_ttft_ms": None,
+                                      "median_ttft_ms": None, "mean_itl_ms": None, "completed": None}}
+    assert result["notes"] == ["attention: --attention-backend flashinfer: no flash_ops"]
+    assert result["model"]["training"] == {"last_loss": 0.04}
