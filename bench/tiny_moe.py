@@ -124,7 +124,30 @@ def _stats(model: Any, out: Path, shape: Shape, device: str) -> dict[str, Any]:
             "tokens_per_expert_per_layer": per_layer}
 
 
+def _v4_names(state: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5 keeps Mixtral's experts fused in memory (`mlp.experts.gate_up_proj` [E, 2I, H] with the
+    gate first, `mlp.experts.down_proj` [E, H, I], `mlp.gate`); its own save_pretrained writes them back as the
+    4.x per-expert names SGLang loads. The same split here (checked on the H200's transformers 5.17)."""
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        m = re.match(r"(model\.layers\.\d+)\.mlp\.(gate\.weight|experts\.gate_up_proj|experts\.down_proj)$", k)
+        if not m:
+            out[k] = v
+        elif m.group(2) == "gate.weight":
+            out[f"{m.group(1)}.block_sparse_moe.gate.weight"] = v
+        elif m.group(2) == "experts.gate_up_proj":
+            half = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{m.group(1)}.block_sparse_moe.experts.{e}.w1.weight"] = v[e, :half]
+                out[f"{m.group(1)}.block_sparse_moe.experts.{e}.w3.weight"] = v[e, half:]
+        else:
+            for e in range(v.shape[0]):
+                out[f"{m.group(1)}.block_sparse_moe.experts.{e}.w2.weight"] = v[e]
+    return out
+
+
 def _canonical(state: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    state = _v4_names(state)
     want = f"model.layers.{shape.layers - 1}.block_sparse_moe.experts.{shape.experts - 1}.w2.weight"
     if want not in state:
         raise SystemExit(f"tiny_moe: this transformers names Mixtral's weights otherwise ({want} is missing; "

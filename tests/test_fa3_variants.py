@@ -276,3 +276,11 @@ def test_the_wheel_and_the_tool_agree_on_which_kernel_a_call_runs(tmp_path: Path
     for d in range(8, 272, 8):
         for dv in (d, 64, 128, 256, 512):
             assert mod.kernel_head_dim(d, dv, plain) == fa3_variants.kernel_head_dim(d, dv), (d, dv)
+
+
+def test_an_expectation_message_on_anything_but_a_failure_is_refused(tmp_path: Path) -> None:
+    bad = _overlay(tmp_path, '[test.expect."x.py"]\noutcome = "skip"\nreason = "r"\nmessage = "m"\n')
+    with pytest.raises(RecipeError) as info:
+        load(str(bad))
+    assert any('test.expect."x.py".message' in line and 'outcome = "fail" only' in line
+               for line in info.value.problems), info.value.problems

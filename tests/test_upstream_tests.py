@@ -202,3 +202,28 @@ def test_a_bad_test_section_is_every_problem_at_once(project: Path) -> None:
     assert "test.parallel: 0 is no number of files (e.g. parallel = 4)" in done.stderr
     assert "'broken' is not one of skip, fail, uncollectable" in done.stderr
     assert "reason: missing: say why it is expected" in done.stderr
+
+
+def test_an_expected_failure_can_name_its_message_so_another_failure_stays_red(tmp_path: Path) -> None:
+    """A pruned wheel's own one-line error is expected; the same test failing for any other reason is new."""
+    xml = tmp_path / "r.xml"
+    xml.write_text(textwrap.dedent("""\
+        <testsuites><testsuite>
+          <testcase file="tests/test_fa.py" classname="tests.test_fa" name="test_kv[64-256]">
+            <failure message="NotImplementedError: this sgl-kernel's FA3 holds head dims 256; this call needs 64_256&#10;trace">x</failure>
+          </testcase>
+          <testcase file="tests/test_fa.py" classname="tests.test_fa" name="test_kv[64-64]">
+            <failure message="AssertionError: max diff 0.5">x</failure>
+          </testcase>
+          <testcase file="tests/test_fa.py" classname="tests.test_fa" name="test_kv[128-128]"/>
+        </testsuite></testsuites>"""))
+    result = runner.FileResult(file="tests/test_fa.py", status="failed")
+    assert runner._junit(xml, result)
+    assert result.failures["tests/test_fa.py::test_kv[64-256]"].endswith("needs 64_256")  # the first line only
+    exp = Expectation(pattern="test_fa.py::test_kv*", outcome="fail", reason="left out",
+                      message="this sgl-kernel's FA3 holds head dims")
+    v = verdict.judge(result, [exp])
+    assert v.red and v.line.startswith("FAILED: 1 new (test_kv[64-64])")
+    assert [e["node"] for e in v.expected] == ["tests/test_fa.py::test_kv[64-256]"]
+    # Without the message, the same expectation explains both.
+    assert not verdict.judge(result, [Expectation(pattern="test_fa.py::test_kv*", outcome="fail", reason="x")]).red

@@ -217,6 +217,8 @@ class Expectation:
     reason: str = _doc("Why, in a sentence: shown beside the verdict.", "")
     evidence: str = _doc("How it was shown (e.g. the same test fails against a wheel built without the series).", "")
     when_asked: tuple[str, ...] = _doc("Expected only when one of these archs is asked; empty: always.", factory=tuple)
+    message: str = _doc("`fail` only: a failure is expected only when its message holds this text (e.g. the wheel's "
+                        "own one-line error for a kernel it left out); empty: any failure.", "")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ def _check_test(r: Recipe, problems: _Problems, where: Any) -> None:
         if exp.outcome not in ("skip", "fail", "uncollectable"):
             problems.add(where(table, "outcome"), f"{table}.outcome",
                          f"{exp.outcome!r} is not one of skip, fail, uncollectable (e.g. outcome = \"skip\")")
+        if exp.message and exp.outcome != "fail":
+            problems.add(where(table, "message"), f"{table}.message",
+                         f"applies to outcome = \"fail\" only (this one is {exp.outcome!r}): remove it")
         if not exp.reason:
             problems.add(where(table, "reason"), f"{table}.reason",
                          "missing: say why it is expected (red means new only while every known outcome says why)")

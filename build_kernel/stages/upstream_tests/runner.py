@@ -34,6 +34,8 @@ class FileResult:
     status: str = "passed"  # passed | failed | crashed | timeout | uncollectable | empty
     passed: int = 0
     failed: list[str] = field(default_factory=list)  # node ids (failures and errors)
+    # node id -> the first line of its failure (JUnit's message), for expectations that name the message
+    failures: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # node id -> pytest's reason
     seconds: float = 0.0
     exit_code: int | None = None
@@ -72,6 +74,7 @@ def _junit(path: Path, result: FileResult) -> bool:
             result.skipped[node] = (outcome.get("message") or "").strip()
         else:
             result.failed.append(node)
+            result.failures[node] = ((outcome.get("message") or "").strip().splitlines() or [""])[0]
     return True
 
 

@@ -47,8 +47,10 @@ class Verdict:
                 "expected": self.expected, "unexplained_skips": self.unexplained_skips}
 
 
-def _why(exps: Sequence[Expectation], outcome: str, file: str, node: str | None) -> Expectation | None:
-    return next((e for e in exps if e.outcome == outcome and _matches(e, file, node)), None)
+def _why(exps: Sequence[Expectation], outcome: str, file: str, node: str | None,
+         message: str = "") -> Expectation | None:
+    return next((e for e in exps if e.outcome == outcome and _matches(e, file, node)
+                 and (not e.message or e.message in message)), None)
 
 
 def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
@@ -69,7 +71,7 @@ def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
         return verdict
     new: list[str] = []
     for node in result.failed:
-        if exp := _why(exps, "fail", file, node):
+        if exp := _why(exps, "fail", file, node, result.failures.get(node, "")):
             verdict.expected.append({"node": node, "outcome": "fail", "reason": exp.reason})
         else:
             new.append(node)
