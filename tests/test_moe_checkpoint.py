@@ -80,3 +80,21 @@ def test_the_moe_shape_is_what_sglang_serves_in_block_fp8(bench: tuple[ModuleTyp
                                        "weight_block_size": [128, 128]}
     with pytest.raises(SystemExit, match="hidden 192 is not a multiple of 128"):
         moe.Shape(hidden=192, heads=3, kv_heads=1).check()
+
+
+def test_transformers_5_fused_experts_are_saved_under_the_names_sglang_loads(bench: tuple[ModuleType, ModuleType]) -> None:
+    """transformers 5 keeps Mixtral's experts fused in memory (seen on the H200's 5.17); the saved folder has the
+    4.x per-expert names, gate rows first, as transformers' own save_pretrained writes them."""
+    _, moe = bench
+    experts, inter, hidden = 3, 4, 5
+    gate_up = torch.arange(experts * 2 * inter * hidden, dtype=torch.float32).reshape(experts, 2 * inter, hidden)
+    down = -torch.arange(experts * hidden * inter, dtype=torch.float32).reshape(experts, hidden, inter)
+    router = torch.ones(experts, hidden)
+    out = moe._v4_names({"model.layers.0.mlp.experts.gate_up_proj": gate_up, "model.layers.0.mlp.experts.down_proj": down,
+                         "model.layers.0.mlp.gate.weight": router, "model.norm.weight": torch.ones(hidden)})
+    assert torch.equal(out["model.layers.0.block_sparse_moe.experts.2.w1.weight"], gate_up[2, :inter])
+    assert torch.equal(out["model.layers.0.block_sparse_moe.experts.2.w3.weight"], gate_up[2, inter:])
+    assert torch.equal(out["model.layers.0.block_sparse_moe.experts.1.w2.weight"], down[1])
+    assert torch.equal(out["model.layers.0.block_sparse_moe.gate.weight"], router)
+    assert "model.norm.weight" in out and not any(".mlp." in k for k in out)
+    assert len(out) == 3 * experts + 2
