@@ -13,6 +13,14 @@ from pathlib import Path
 import git
 import pytest
 
+# pytest-xdist: which tests share a worker (the hooks are found here, in conftest's namespace).
+from tests.xdist_groups import (  # noqa: F401
+    pytest_collection_finish,
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = {
     "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -135,51 +143,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if NETWORK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.network)
-    for item, group in xdist_groups(items).items():
-        item.add_marker(pytest.mark.xdist_group(group), append=False)
-
-
-def xdist_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
-    """The xdist_group of every test that must share a worker with others (`make test` runs
-    `pytest -n 2 --dist loadgroup`; pytest-xdist sends a group to one worker, a test of no group anywhere).
-
-    A fixture of ours wider than a test (module, class or session scope: the demo wheel, the sglang
-    environment, a pypiserver, a module's nvcc-compiled libraries) is made once per worker that asks
-    for it, so the tests that share one are one group, and a test that shares two joins both groups
-    into one: each such fixture is made once in the session, as without xdist, and its tests run in
-    the order they run without xdist. A test's own `xdist_group` mark (tests that must not run beside
-    each other) joins its group the same way."""
-    parent: dict[str, str] = {}
-
-    def find(key: str) -> str:
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    keys: dict[pytest.Item, list[str]] = {}
-    for item in items:
-        own = [f"{m.args[0] if m.args else m.kwargs.get('name', 'default')}" for m in item.iter_markers("xdist_group")]
-        keys[item] = own + shared_fixtures(item)
-        for key in keys[item][1:]:
-            parent[find(key)] = find(keys[item][0])
-    return {item: find(k[0]) for item, k in keys.items() if k}
-
-
-def shared_fixtures(item: pytest.Item) -> list[str]:
-    """The fixtures of tests/ this test uses that outlive it, each named by the instance it gets
-    (`demo_build` for the session's, `tests/test_publish.py::pypi` for a module's)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return []
-    found = []
-    for name, defs in sorted(info.name2fixturedefs.items()):
-        fixture = defs[-1]  # the one this test gets (the closest override)
-        if fixture.scope == "function" or not Path(fixture.func.__code__.co_filename).is_relative_to(REPO_ROOT / "tests"):
-            continue
-        owner = {"session": "", "package": "", "module": item.nodeid.split("::")[0],
-                 "class": item.nodeid.rsplit("::", 1)[0]}[fixture.scope]
-        found.append(f"{owner}::{name}" if owner else name)
-    return found
 
 
 @pytest.fixture(scope="session")
