@@ -8,7 +8,7 @@ RECIPE ?= nightly-cu130
 ARCH   ?=
 TARGET ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers: the suite on 2 cores in under 12 minutes (tests/conftest.py says which tests share one).
+# pytest-xdist workers (tests/xdist_groups.py says which tests share one).
 PYTEST_WORKERS ?= 2
 
 ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)

@@ -25,7 +25,7 @@ from build_kernel.stages.builder import recorder as recorder_mod
 from build_kernel.stages.builder.replay import Unit, write_ninja
 from tests.test_oom import memory_cgroup
 
-# Memory caps and peaks: these tests run one after another on one xdist worker (tests/conftest.py).
+# Memory caps and peaks: these tests run one after another on one xdist worker (tests/xdist_groups.py).
 pytestmark = pytest.mark.xdist_group("memory")
 
 MiB = 1024 * 1024

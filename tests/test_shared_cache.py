@@ -25,7 +25,7 @@ from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, wr
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 VENV_BIN = str(Path(sys.executable).parent)
 # Real servers (Redis, an sccache-dist farm) and a time bound: these tests run one after another on one
-# xdist worker (tests/conftest.py).
+# xdist worker (tests/xdist_groups.py).
 SERVERS = pytest.mark.xdist_group("servers")
 
 
