@@ -8,6 +8,8 @@ RECIPE ?= nightly-cu130
 ARCH   ?=
 TARGET ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers (tests/xdist_groups.py says which tests share one).
+PYTEST_WORKERS ?= 2
 
 ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
 
@@ -30,14 +32,14 @@ $(VENV)/.installed: pyproject.toml Makefile
 venv: $(VENV)/.installed
 
 test: venv lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check build_kernel tests bench
 	$(BIN)/mypy build_kernel
 
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow and not network" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not network" $(PYTEST_ARGS)
 
 demo: venv
 	$(BIN)/build-kernel $(ARCH_FLAG) --recipe demo

@@ -13,6 +13,14 @@ from pathlib import Path
 import git
 import pytest
 
+# pytest-xdist: which tests share a worker (the hooks are found here, in conftest's namespace).
+from tests.xdist_groups import (  # noqa: F401
+    pytest_collection_finish,
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = {
     "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.invalid",

@@ -25,6 +25,9 @@ from build_kernel.stages.builder import recorder as recorder_mod
 from build_kernel.stages.builder.replay import Unit, write_ninja
 from tests.test_oom import memory_cgroup
 
+# Memory caps and peaks: these tests run one after another on one xdist worker (tests/xdist_groups.py).
+pytestmark = pytest.mark.xdist_group("memory")
+
 MiB = 1024 * 1024
 NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or shutil.which("ninja")
 # A replay is python (~10 MB) plus its block; ninja and the shells add a few MB.

@@ -26,7 +26,8 @@ from build_kernel.errors import BuildError
 from build_kernel.stages.builder import cgroup, runner
 from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, write_recipe
 
-pytestmark = pytest.mark.slow
+# Memory caps and peaks: these tests run one after another on one xdist worker (tests/xdist_groups.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory")]
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 MiB = 1024 * 1024
 CAP = 300 * MiB

@@ -84,6 +84,7 @@ def test_records_a_real_nvcc_compile(nvcc_gencode: tuple[str, str], tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("memory")  # a memory cap: one xdist worker with test_oom's (tests/xdist_groups.py)
 def test_records_a_compile_killed_by_a_real_cgroup_oom(nvcc_gencode: tuple[str, str], tmp_path: Path) -> None:
     """cicc, inside a 320 MiB cgroup, wants ~660 MB: the kernel kills it; the row says so."""
     nvcc, gencode = nvcc_gencode

@@ -235,3 +235,36 @@ def test_the_units_user_must_be_able_to_write_the_jit_cache(tmp_path: Path) -> N
             assert unit.verify(text, "build-kernel-r", os.environ) is None
     finally:
         shutil.rmtree(base)
+
+
+def test_the_flags_cache_is_one_parse_for_any_port_and_model_folder(tmp_path: Path) -> None:
+    """serve writes a port and the model's folder on every command line: another of either is the same parse
+    (sglang's import costs ~8 s a time), its values put back; any other change of the flags is parsed again."""
+    from build_kernel.stages.serve import flags
+
+    site, runs = tmp_path / "site", tmp_path / "runs"
+    (site / "sglang" / "srt").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.0.1'\n")
+    (site / "sglang" / "srt" / "server_args.py").write_text(
+        "import os\n"
+        f"with open({str(runs)!r}, 'a') as fh:\n    fh.write('parse\\n')\n"
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
+        "        parser.add_argument('--model-path', type=str)\n        parser.add_argument('--host', type=str)\n"
+        "        parser.add_argument('--port', type=int, default=30000)\n"
+        "        parser.add_argument('--tp-size', type=int, default=1)\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    cache = tmp_path / "cache"
+
+    def parse(*argv: str) -> flags.Parsed:
+        return flags.parse(sys.executable, list(argv), env, cache_dir=cache, sglang_root=site / "sglang")
+
+    first = parse("--model-path", "/m/a", "--host", "127.0.0.1", "--port", "31000", "--tp", "2")
+    again = parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "2")
+    assert runs.read_text() == "parse\n"  # one import of server_args for both
+    assert (first.given("port"), first.given("model_path"), first.given("tp_size")) == (31000, "/m/a", 2)
+    assert (again.given("port"), again.given("model_path"), again.given("tp_size")) == (31001, "/m/b", 2)
+    assert again.abbreviations == first.abbreviations == {"--tp": "--tp-size"}
+    # Another flag value, or a second word argparse could take for the port: parsed again, last one wins.
+    assert parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "4").given("tp_size") == 4
+    assert parse("--model-path", "/m/b", "--port", "31001", "--por", "31002").given("port") == 31002
+    assert runs.read_text() == "parse\n" * 3

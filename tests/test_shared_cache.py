@@ -24,6 +24,9 @@ from tests.conftest import REPO_ROOT, copy_series, demo_recipe_text, run_cli, wr
 
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 VENV_BIN = str(Path(sys.executable).parent)
+# Real servers (Redis, an sccache-dist farm) and a time bound: these tests run one after another on one
+# xdist worker (tests/xdist_groups.py).
+SERVERS = pytest.mark.xdist_group("servers")
 
 
 def _free_port() -> int:
@@ -193,6 +196,7 @@ def test_dist_config_writes_a_farm(tmp_path: Path) -> None:
 # ---- slow: real builds of the miniature -------------------------------------------------------------
 
 @pytest.mark.slow
+@SERVERS
 def test_ccache_two_machines_at_different_paths_share_hits_through_redis(project: Path, tmp_path: Path,
                                                                         redis: Redis) -> None:
     _need("ccache")
@@ -206,6 +210,7 @@ def test_ccache_two_machines_at_different_paths_share_hits_through_redis(project
 
 
 @pytest.mark.slow
+@SERVERS
 def test_sccache_a_second_machine_hits_through_redis(project: Path, tmp_path: Path, redis: Redis) -> None:
     """sccache 0.16 strips SCCACHE_BASEDIRS from preprocessed source but not from arguments, and
     nvcc hands cicc and cudafe++ the source's absolute path (`--orig_src_file_name`): CUDA steps hit
@@ -225,6 +230,7 @@ def test_sccache_a_second_machine_hits_through_redis(project: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
+@SERVERS
 @pytest.mark.parametrize("tool", ["sccache", "ccache"])
 def test_redis_stopped_mid_build_the_build_still_succeeds(project: Path, tmp_path: Path, redis: Redis,
                                                           tool: str) -> None:
@@ -309,6 +315,7 @@ def _farm(tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 
 @pytest.mark.slow
+@SERVERS
 def test_sccache_dist_compiles_run_on_the_build_server(project: Path, tmp_path: Path) -> None:
     _need("sccache")
     if os.geteuid() != 0 or shutil.which("bwrap") is None:

@@ -4,7 +4,9 @@
 `ServerArgs.from_cli_args`, whose `__post_init__` probes the GPU and the model. A
 misspelt flag is one line with the closest real ones; a bad choice is argparse's own
 line with the valid choices. The outcome is cached by interpreter, sglang's parser file
-and the flags, since importing `server_args` takes 10-20 s.
+and the flags, since importing `server_args` takes 10-20 s; the port and the model folder
+serve puts on every command line are left out of the key (another port is no other parse)
+and put back into the namespace the cache holds.
 """
 
 from __future__ import annotations
@@ -72,6 +74,42 @@ class Parsed:
         return self.namespace.get(dest)
 
 
+# The flags whose value serve itself writes (a port per recipe, the model's resolved folder), and the dest
+# argparse keeps each under: a value that changes nothing the parser accepts or refuses, only what it stores.
+_PUT_BACK = {"--port": "port", "--model-path": "model_path"}
+_PLACEHOLDER = "@@VALUE@@"
+
+
+def _shape(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """`argv` with the value of each `_PUT_BACK` flag replaced by a placeholder, and those values. Only a flag
+    given once as `--flag VALUE`, with no other word argparse could take for it (a prefix, `--flag=`)."""
+    shape, values = list(argv), {}
+    for flag in _PUT_BACK:
+        spots = [i for i, a in enumerate(argv) if a.startswith("--") and (flag.startswith(a.split("=", 1)[0]))]
+        if len(spots) != 1 or argv[spots[0]] != flag or spots[0] + 1 >= len(argv):
+            continue
+        value = argv[spots[0] + 1]
+        if value.startswith("-"):
+            continue
+        shape[spots[0] + 1], values[flag] = _PLACEHOLDER, value
+    return shape, values
+
+
+def _put_back(data: dict[str, Any], values: Mapping[str, str]) -> dict[str, Any] | None:
+    """`data` (a parse of another value of the `values` flags) with these values in their dests, converted as
+    argparse converted the other one (a str stays a str, an int is an int); None where that is not sure."""
+    namespace = dict(data["namespace"])
+    for flag, value in values.items():
+        stored = namespace.get(_PUT_BACK[flag])
+        if isinstance(stored, str):
+            namespace[_PUT_BACK[flag]] = value
+        elif isinstance(stored, int) and not isinstance(stored, bool) and value.isdigit():
+            namespace[_PUT_BACK[flag]] = int(value)
+        else:
+            return None
+    return {**data, "namespace": namespace}
+
+
 def _cache_key(python: str, argv: Sequence[str], sglang_root: Path) -> str | None:
     """By interpreter, sglang's parser file (size, mtime) and the flags; None without that file."""
     origin = sglang_root / "srt" / "server_args.py"
@@ -99,13 +137,14 @@ def parse(python: str, argv: Sequence[str], env: Mapping[str, str], *, cache_dir
     """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag.
 
     Cached in `cache_dir` when `sglang_root` (the installed package's folder) says which parser it is."""
-    key = _cache_key(python, argv, sglang_root) if cache_dir and sglang_root else None
+    shape, values = _shape(argv)
+    key = _cache_key(python, shape, sglang_root) if cache_dir and sglang_root else None
     cached = cache_dir / f"{key}.json" if cache_dir and key else None
-    if cached is not None and cached.is_file():
-        data = json.loads(cached.read_text())
-    else:
+    data = _put_back(json.loads(cached.read_text()), values) if cached is not None and cached.is_file() else None
+    if data is None:
         data = _run(python, argv, env)
-        if cached is not None and not data["error"] and not data["unknown"]:
+        # Kept only where the values are in their dests as given (then another port's parse is this one's).
+        if cached is not None and not data["error"] and not data["unknown"] and _put_back(data, values) == data:
             atomic.write_text(cached, json.dumps(data))
     if data["error"] and data["error"].startswith("cannot import"):
         raise ServeError(f"{python}: {data['error']}",
