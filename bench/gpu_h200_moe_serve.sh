@@ -13,7 +13,8 @@
 # Environment (defaults are .device/run.sh's): RECIPE (.device/h9.toml), WHEEL (newest in the output dir),
 # BUILD_KERNEL_CACHE_DIR (/tmp/bkc), BUILD_KERNEL_OUTPUT_DIR (/tmp/bkw), WHEELHOUSE (.device/wh: the tool's
 # own dependencies and sglang's, offline), MOE_CACHE (.device/cache/moe: the checkpoints, made if absent),
-# INSTALL (1: `serve --install --wheelhouse` first), VARIANTS ("bf16 fp8"), BUDGET_S (540: a variant after the
+# SERVE_PYTHON (an environment of your own as [serve] python; after a failed install, `build-kernel test`'s
+# environment of the wheel where there is one), INSTALL (1: `serve --install --wheelhouse` first), VARIANTS ("bf16 fp8"), BUDGET_S (540: a variant after the
 # first is skipped when less than 200 s of it are left; the first start JIT-compiles flashinfer's kernels, a
 # second call finds them cached), OUT (/tmp/moe-out).
 set -u
@@ -58,6 +59,7 @@ cp "$FP8/config.json" "$R/config-fp8.json"
 
 # 2. The serve recipe: the build's recipe with a [serve] for this model. Default backends: only the tensor
 # parallel size is given (and the attention backend where the wheel lacks FA3, below).
+SERVE_PYTHON=${SERVE_PYTHON:-}
 write_recipe() {  # $1: extra serve args (a TOML list's items)
   mkdir -p "$R/recipes"
   cat > "$R/recipes/moe-serve.toml" <<EOF
@@ -66,6 +68,7 @@ description = "issue 41: the tiny MoE, bf16 and block FP8, served with SGLang's 
 
 [serve]
 model = "$BF16"
+${SERVE_PYTHON:+python = \"$SERVE_PYTHON\"}
 args = ["--tp-size", "1"$1]
 host = "127.0.0.1"
 port = 30000
@@ -85,7 +88,17 @@ write_recipe ""
 OVR=$R/recipes/moe-serve.toml
 if [ "$INSTALL" = 1 ]; then
   bk --json serve "$WHEEL" --recipe "$OVR" --install --wheelhouse "$WHEELHOUSE" > "$R/install.json" 2> "$R/install.err"
-  step "install rc=$?"
+  rc=$?; step "install rc=$rc"
+  # The serve environment resolves sglang's whole requirement list from the wheelhouse; where that lacks some
+  # (the source sglang of 6ffc74ef names 27 more than the carried one holds: H200, 2026-12-03), the environment
+  # `build-kernel test` made for the same wheel (the wheel, that sglang, the recipe's [test] requires, offline)
+  # serves instead, as [serve] python: an environment of the user's own.
+  TEST_PY=$(ls -d "$BUILD_KERNEL_CACHE_DIR"/tests/env-*/bin/python 2>/dev/null | head -1)
+  if [ "$rc" != 0 ] && [ -z "$SERVE_PYTHON" ] && [ -n "$TEST_PY" ]; then
+    SERVE_PYTHON=$TEST_PY; write_recipe ""
+    echo "environment: [serve] python = $TEST_PY (build-kernel test's environment of this wheel): the serve" \
+         "install stopped ($(grep -m1 '^error' "$R/install.err" | cut -c1-200))" >> "$R/notes.txt"
+  fi
 fi
 if [ ! -f "$WHEEL.verify.json" ]; then
   bk --json verify "$WHEEL" --recipe "$OVR" > "$R/verify.json" 2> "$R/verify.err"; step "verify rc=$?"
