@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import ROOT, member
+from gpu_h200_serve import _json, _text
+from h200_arch_pruning import ROOT
 
 # The kernel families, matched on the counted names (sgl_kernel ops; flashinfer and deep_gemm entries).
 FAMILIES = {
@@ -33,22 +34,6 @@ FAMILIES = {
     "sampling": r"sampling|renorm|min_p|top_k_mask",
     "attention": r"prefill|decode|attention|merge_state|flash_attn|fwd_",
 }
-
-
-def _json(tar: tarfile.TarFile, suffix: str) -> Any:
-    raw = member(tar, suffix)
-    if not raw:
-        return None
-    text = raw.decode(errors="replace")
-    start, end = text.find("{"), text.rfind("}")  # the tool's --json is one object; progress went to stderr
-    try:
-        return json.loads(text[start:end + 1]) if 0 <= start < end else None
-    except json.JSONDecodeError:
-        return None
-
-
-def _text(tar: tarfile.TarFile, suffix: str) -> str:
-    return (member(tar, suffix) or b"").decode(errors="replace")
 
 
 def families(ops: dict[str, Any]) -> dict[str, dict[str, list[str]]]:

@@ -106,9 +106,7 @@ def _results(files: dict[str, bytes], label: str) -> tuple[list[runner.FileResul
         for result in results:  # a record from before failure messages were kept: its JUnit XML has them
             xml = files.get(f"{label}/out/{result.file.replace('/', '__')}.xml")
             if result.failed and not result.failures and xml is not None:
-                result.failures = {_junit_node(case): (child.get("message") or "").strip().split("\n")[0]
-                                   for case in ET.fromstring(xml).iter("testcase") for child in case
-                                   if child.tag in ("failure", "error")}
+                result.failures = _read_junit(xml, runner.FileResult(result.file)).failures
         return results, []
     results, unfinished = [], []
     stems = sorted({Path(n).name.rsplit(".", 2)[0] for n in files if n.startswith(f"{label}/out/")})
@@ -116,10 +114,7 @@ def _results(files: dict[str, bytes], label: str) -> tuple[list[runner.FileResul
         result = runner.FileResult(stem.replace("__", "/") + ".py")
         xml = files.get(f"{label}/out/{stem}.py.xml")
         if xml is not None:
-            with tempfile.NamedTemporaryFile(suffix=".xml") as fh:
-                fh.write(xml)
-                fh.flush()
-                runner._junit(Path(fh.name), result)
+            _read_junit(xml, result)
             result.status = _status(ET.fromstring(xml), result)
         else:
             runner._from_log(files.get(f"{label}/out/{stem}.py.log", b"").decode(), result)
@@ -129,8 +124,13 @@ def _results(files: dict[str, bytes], label: str) -> tuple[list[runner.FileResul
     return results, unfinished
 
 
-def _junit_node(case: ET.Element) -> str:
-    return runner._node_id(case)
+def _read_junit(xml: bytes, result: runner.FileResult) -> runner.FileResult:
+    """The runner's own JUnit reading (counts, failures with their messages) of a packed XML."""
+    with tempfile.NamedTemporaryFile(suffix=".xml") as fh:
+        fh.write(xml)
+        fh.flush()
+        runner._junit(Path(fh.name), result)
+    return result
 
 
 def _status(root: ET.Element, result: runner.FileResult) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +224,7 @@ def _fa3(recipe: Recipe, archs: tuple[Arch, ...], series: Series, env: Mapping[s
         return fa3_variants.ALL
     if not any(a.major == 9 for a in archs):
         # sgl-kernel compiles FA3 for 9.0a only: nothing to choose, and no model config to look for.
-        return fa3_variants.Variants(fa3_variants.ALL.head_dims, fa3_variants.ALL.dtypes, True,
-                                     f"fa3 = \"{b.fa3}\" not read: FA3 is compiled for 9.0a only, and none is asked")
+        return replace(fa3_variants.ALL, why=f"fa3 = \"{b.fa3}\" not read: FA3 is compiled for 9.0a only, and none is asked")
     if not any(fa3_variants.SERIES_MARK in p.path.read_text(errors="replace") for p in series.patches):
         raise RecipeError([f"build.fa3 = \"{b.fa3}\": series {recipe.patches.series}/{recipe.patches.version} has no "
                            f"patch that reads {fa3_variants.SERIES_MARK}, so every FA3 kernel would compile anyway; "
