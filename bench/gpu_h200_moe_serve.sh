@@ -96,8 +96,12 @@ if [ "$INSTALL" = 1 ]; then
   TEST_PY=$(ls -d "$BUILD_KERNEL_CACHE_DIR"/tests/env-*/bin/python 2>/dev/null | head -1)
   if [ "$rc" != 0 ] && [ -z "$SERVE_PYTHON" ] && [ -n "$TEST_PY" ]; then
     SERVE_PYTHON=$TEST_PY; write_recipe ""
-    echo "environment: [serve] python = $TEST_PY (build-kernel test's environment of this wheel): the serve" \
-         "install stopped ($(grep -m1 '^error' "$R/install.err" | cut -c1-200))" >> "$R/notes.txt"
+    # That environment may hold another wheel (the tests may have run on another build): the served one goes in,
+    # alone (serve's preflight refuses an sgl_kernel whose files are not the wheel's).
+    "$TEST_PY" -m pip install -q --no-deps --no-index --force-reinstall "$WHEEL" > "$R/swap.log" 2>&1
+    step "wheel into the test environment rc=$?"
+    echo "environment: [serve] python = $TEST_PY (build-kernel test's environment, with the served wheel" \
+         "installed): the serve install stopped ($(grep -m1 '^error' "$R/install.err" | cut -c1-200))" >> "$R/notes.txt"
   fi
 fi
 if [ ! -f "$WHEEL.verify.json" ]; then

@@ -87,6 +87,38 @@ def test_a_child_series_of_its_own_without_the_parents_version(tmp_path: Path) -
     assert r.series_dir == site / "patches/site-fixes/v1"
 
 
+def test_an_overlay_outside_the_checkout_picks_another_version_of_its_parents_series(tmp_path: Path) -> None:
+    # Found writing the H200's unpruned reference overlay in /tmp: a version of the project's series named by an
+    # overlay outside the checkout was looked for in <overlay>/../patches ("no series file at /tmp/patches/...").
+    overlay = _write(tmp_path / "ov" / "unpruned.toml", """
+        extends = "nightly-cu130-pruned"
+        [patches]
+        version = "v7-unpruned"
+    """)
+    r = recipe.load(str(overlay))
+    assert r.series_dir == REPO_ROOT / "patches/sm120/v7-unpruned" and (r.series_dir / "series").is_file()
+    overlay.write_text('extends = "nightly-cu130-pruned"\n[patches]\nversion = "v99"\n')
+    with pytest.raises(RecipeError, match=rf"unpruned.toml:3: patches.version: no series file at {REPO_ROOT}/patches/sm120/v99/series "
+                                          r"\(versions of sm120: v1, v2, .*, v7-unpruned, v8\)"):
+        recipe.load(str(overlay))
+
+
+def test_a_child_fa3_choice_replaces_the_parents_listed_variants(tmp_path: Path) -> None:
+    # The parent lists FA3's variants (fa3 = "listed"); a child asking for all of them cannot remove those keys,
+    # which were refused as "read only with fa3 = listed" before.
+    overlay = _write(tmp_path / "ov" / "all.toml", """
+        extends = "nightly-cu130-pruned"
+        [build]
+        fa3 = "all"
+    """)
+    r = recipe.load(str(overlay))
+    assert (r.build.fa3, r.build.fa3_head_dims, r.build.fa3_dtypes) == ("all", (), ())
+    # Only the listing changed: the parent's choice and dtypes stay.
+    overlay.write_text('extends = "nightly-cu130-pruned"\n[build]\nfa3_head_dims = ["64", "256"]\n')
+    r = recipe.load(str(overlay))
+    assert (r.build.fa3, r.build.fa3_head_dims, r.build.fa3_dtypes) == ("listed", ("64", "256"), ("bf16",))
+
+
 def test_plan_says_where_each_value_came_from(tmp_path: Path) -> None:
     overlay = _write(tmp_path / "site" / "pinned.toml", f"""
         extends = "nightly-cu130-pruned"

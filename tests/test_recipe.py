@@ -130,8 +130,11 @@ def test_extends_missing_parent(root: Path) -> None:
 
 
 def test_missing_patch_series_folder(root: Path) -> None:
+    # The series exists, the version does not: the version's line, and the versions there are.
     [line] = problems(root, "noseries", GOOD.replace('version = "v1"', 'version = "v9"'))
-    assert "patches.series: no series file at" in line and "patches/s/v9/series" in line
+    assert "patches.version: no series file at" in line and "patches/s/v9/series (versions of s: v1)" in line
+    [line] = problems(root, "noseries", GOOD.replace('series = "s"', 'series = "nope"'))
+    assert "patches.series: no series file at" in line and "patches/nope/v1/series (create the folder" in line
 
 
 def test_all_problems_reported_at_once(root: Path) -> None:

@@ -106,6 +106,8 @@ REPLACES: dict[tuple[str, str], tuple[str, ...]] = {
     ("deps.*", "path"): ("repo", "commit", "tag", "paths", "submodules"),
     ("deps.*", "repo"): ("path",),
     ("patches", "series"): ("version",),
+    # The variants listed belong to `fa3 = "listed"`: a child choosing "all" or "model" drops them.
+    ("build", "fa3"): ("fa3_head_dims", "fa3_dtypes", "fa3_softcap"),
 }
 
 
@@ -234,11 +236,15 @@ def _named_tables(raw: dict[str, Any], key: str, cls: type, problems: _Problems,
 
 def _patches_root(recipe: Recipe, origins: Mapping[str, tuple[Path, str]]) -> Path | None:
     """The project whose patches/ holds the series: the recipe's own, else that of the file that set
-    [patches] version, then series (an overlay outside the project, `extends = "/…/recipes/x.toml"`)."""
-    for file in (recipe.path, *(origins.get(key, (recipe.path, ""))[0] for key in ("patches.version", "patches.series"))):
-        candidate = file.parent.parent
-        if (candidate / "patches" / recipe.patches.series / recipe.patches.version / "series").is_file():
-            return None if candidate == recipe.root else candidate
+    [patches] version, then series, then of any recipe it extends (an overlay outside the project,
+    `extends = "/…/recipes/x.toml"`, that names another version of its parent's series)."""
+    named = [origins.get(key, (recipe.path, ""))[0] for key in ("patches.version", "patches.series")]
+    chain = dict.fromkeys([recipe.path, *named, *(file for file, _ in origins.values())])
+    for want in (recipe.patches.version, ""):  # the version itself, else the project that holds the series
+        for file in chain:
+            candidate = file.parent.parent
+            if (candidate / "patches" / recipe.patches.series / want / ("series" if want else "")).exists():
+                return None if candidate == recipe.root else candidate
     return None
 
 

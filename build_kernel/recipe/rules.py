@@ -78,8 +78,14 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         if not r.patches.series or not r.patches.version:
             problems.add(where("patches", ""), "patches", "series and version are required (e.g. series = \"sm120\", version = \"v1\")")
         elif not (r.series_dir / "series").is_file():
-            problems.add(where("patches", "series"), "patches.series",
-                         f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
+            versions = sorted(d.name for d in r.series_dir.parent.glob("*") if (d / "series").is_file())
+            if versions:  # the series exists: the version is what is wrong
+                problems.add(where("patches", "version"), "patches.version",
+                             f"no series file at {r.series_dir}/series (versions of {r.patches.series}: "
+                             f"{', '.join(versions)})")
+            else:
+                problems.add(where("patches", "series"), "patches.series",
+                             f"no series file at {r.series_dir}/series (create the folder or fix series/version)")
     build_table = r.raw.get("build")
     if not r.build.arch and "build" not in refused and "arch" not in (build_table if isinstance(build_table, dict) else {}):
         problems.add(where("build", "arch"), "build.arch", "missing (name the archs to build, e.g. [\"12.0a\"])")
