@@ -10,7 +10,10 @@ Three runs of the pruned recipe at 6ffc74ef for 9.0a (v8 below has FA3 on), buil
   test_kvcacheio / test_sampling still running (their logs up to then are read);
 - `v8`: series sm120/v8 (v7 + 0010) with FA3 on for head dims 64 + 256 in bf16 ([build] fa3 = "listed": 10 of
   upstream's 250 FA3 units), 6 files at once; plus bench/fa3_probe.py's calls (which FA3 calls the wheel runs,
-  and its one line for the rest).
+  and its one line for the rest);
+- `v7u`: the unpruned reference, series sm120/v7-unpruned (v7 without 0005, 0007, 0008: upstream's sources with
+  only the CUDA 13 / torch fixes), FA3 off, 4 files at once, while the v8 wheel was compiled beside it (15 jobs
+  on the same 16 cores). `pruned_vs_unpruned` compares it with v7 file by file.
 
 `pack` keeps what this script reads of a device run (the build, verify and test JSON, the host line, and
 per test file the JUnit XML without failure bodies and the `-v` result lines of its log: node ids and
@@ -18,7 +21,7 @@ outcomes, no upstream source lines), `report` writes the results file:
 
     python bench/h200_upstream_tests.py pack v6 RAW.tar.gz TEST-LOGS.tar.gz --out bench/raw/h200-2026-12-03-tests/v6-raw.tar.gz
     python bench/h200_upstream_tests.py report bench/raw/h200-2026-12-03-tests/{v6,v7}-raw.tar.gz \
-        bench/raw/h200-2026-12-03-fa3/v8-raw.tar.gz \
+        bench/raw/h200-2026-12-03-fa3/v8-raw.tar.gz bench/raw/h200-2026-12-03-unpruned/v7u-raw.tar.gz \
         --out bench/results/h200-upstream-tests.json
 
 Each file is judged with the shipped nightly-cu130-pruned recipe's [test.expect] (for 9.0a) plus the two
@@ -59,7 +62,9 @@ NO_NETWORK = (
 )
 # v8: FA3 on, for head dims 64 (the served tiny MoE) + 256 (the recipe's model); its expectations are the shipped
 # recipe's own (the 64_256 kvcache tests' one-line error, by message).
-RUN_CONDITIONS = {"v6": FA3_OFF + NO_NETWORK, "v7": FA3_OFF + NO_NETWORK, "v8": NO_NETWORK}
+# How v7u's host differed from the others' (their tests ran after their build, on an idle host).
+UNPRUNED_LOAD = "v7u's tests ran while the v8 wheel was compiled beside them (15 compile jobs on the same 16 cores)"
+RUN_CONDITIONS = {"v6": FA3_OFF + NO_NETWORK, "v7": FA3_OFF + NO_NETWORK, "v8": NO_NETWORK, "v7u": FA3_OFF + NO_NETWORK}
 _RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b|^(\S+::\S+)\s*$")
 
 
@@ -200,10 +205,12 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
             "expected_failures": sum(row["expected_failures"] for row in rows),
             "fa3": (prov.get("defines") or {}).get("SGL_KERNEL_FA3_HDIMS", "all" if label == "v8" else "off"),
             "fa3_units": _fa3_units(files.get(f"{label}/ninja_log.txt")),
+            "test_seconds": _test_seconds(files.get(f"{label}/steps.txt")),
             "fa3_probe": json.loads(files[f"{label}/fa3_probe.json"]) if f"{label}/fa3_probe.json" in files else None,
             "rows": rows,
         }
-    data = {"issue": 42, "recipe": "nightly-cu130-pruned for 9.0a (v6, v7: FA3 off; v8: FA3 for head dims 64 + 256, bf16)",
+    data = {"issue": 42, "recipe": "nightly-cu130-pruned for 9.0a (v6, v7: FA3 off; v8: FA3 for head dims 64 + 256, "
+                                   "bf16; v7u: its unpruned reference, FA3 off)",
             "run_conditions": {label: [{"pattern": e.pattern, "outcome": e.outcome, "reason": e.reason,
                                         "evidence": e.evidence} for e in conds]
                                for label, conds in RUN_CONDITIONS.items()},
@@ -219,8 +226,55 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
                           (a[f]["status"], a[f]["passed"], a[f]["failed"]) != (b[f]["status"], b[f]["passed"],
                                                                                b[f]["failed"])},
         }
+    if "v7" in runs and "v7u" in runs:
+        data["pruned_vs_unpruned"] = pruned_vs_unpruned(runs["v7"]["rows"], runs["v7u"]["rows"],
+                                                        runs.get("v8", {}).get("rows", []))
+        walls = {label: runs[label]["test_seconds"] for label in ("v7u", "v8") if label in runs}
+        for diff in data["pruned_vs_unpruned"]["different"].values():
+            if "why" in diff:
+                diff["why"] += f" (the whole test step: {', '.join(f'{k} {v} s' for k, v in walls.items())})"
     out.write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def _test_seconds(steps: bytes | None) -> int | None:
+    """The test step's wall seconds from a run's steps.txt (`verify rc=0 442 s`, then `test rc=11 776 s`)."""
+    marks = re.findall(r"^(verify|test) rc=\d+ (\d+) s$", (steps or b"").decode(), re.M)
+    # One verify then one test on one clock; v6's record has a second, separately timed test call: no figure.
+    if [step for step, _ in marks] != ["verify", "test"]:
+        return None
+    return int(marks[1][1]) - int(marks[0][1])
+
+
+def _outcome(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["status"], row["passed"], row["failed"], row["skipped"]
+
+
+def pruned_vs_unpruned(pruned: list[dict[str, Any]], unpruned: list[dict[str, Any]],
+                       stand_in: list[dict[str, Any]]) -> dict[str, Any]:
+    """File by file, the pruned v7 wheel against the unpruned one (FA3 off in both). Where v7 did not finish a
+    file, v8's run of it stands in: v8 = v7 + 0010, which changes only FA3's units, and FA3 is off in this pair,
+    so only files that call no FA3 may stand in (test_flash_attention never does)."""
+    a = {r["file"]: r for r in pruned}
+    later = {r["file"]: r for r in stand_in if "flash_attention" not in r["file"]}
+    same, stood_in, different = [], {}, {}
+    for row in unpruned:
+        f = row["file"]
+        ref = a.get(f)
+        if ref is not None and ref["status"] == "unfinished" and f in later:
+            stood_in[f] = "v8"
+            ref = later[f]
+        if ref is not None and _outcome(ref) == _outcome(row):
+            same.append(f)
+        else:
+            different[f] = {"pruned": ref and ref["verdict"], "unpruned": row["verdict"],
+                            "pruned_from": stood_in.get(f, "v7")}
+            if ref and row["status"] == "timeout" and not row["failed"] and not ref["failed"]:
+                different[f]["why"] = (f"cut by the per-file time limit ({row['seconds']:.0f} s) with nothing failed: "
+                                       f"{row['passed']} of the pruned run's {ref['passed']} passed (it took "
+                                       f"{ref['seconds']:.0f} s there), the last one still running: {UNPRUNED_LOAD}")
+    return {"pruned": "v7 (sm120/v7, FA3 off)", "unpruned": "v7u (sm120/v7-unpruned, FA3 off)",
+            "files": len(unpruned), "same_verdict": len(same), "stood_in_by_v8": stood_in, "different": different}
 
 
 def main() -> None:

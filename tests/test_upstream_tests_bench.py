@@ -1,0 +1,44 @@
+"""bench/h200_upstream_tests.py's pruned-vs-unpruned comparison (issue 42 item 3): file by file, a stand-in only
+for an unfinished file that calls no FA3, a timeout explained only when nothing failed."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from h200_upstream_tests import _test_seconds, pruned_vs_unpruned
+
+
+def _row(file: str, status: str = "passed", passed: int = 3, failed: int = 0, skipped: int = 0,
+         seconds: float = 10.0) -> dict[str, Any]:
+    return {"file": file, "status": status, "passed": passed, "failed": failed, "skipped": skipped,
+            "seconds": seconds, "verdict": f"{status} {passed}"}
+
+
+def test_identical_files_count_and_a_stand_in_covers_only_unfinished_non_fa3_files() -> None:
+    pruned = [_row("a.py"), _row("b.py", "unfinished", 1), _row("test_flash_attention.py", "unfinished", 0)]
+    unpruned = [_row("a.py"), _row("b.py"), _row("test_flash_attention.py", "failed", 0, 8)]
+    later = [_row("b.py"), _row("test_flash_attention.py", "failed", 0, 8)]
+    out = pruned_vs_unpruned(pruned, unpruned, later)
+    assert out["same_verdict"] == 2 and out["stood_in_by_v8"] == {"b.py": "v8"}
+    # v8 has FA3 on: it never stands in for test_flash_attention, which stays a difference to explain.
+    assert list(out["different"]) == ["test_flash_attention.py"]
+    assert "why" not in out["different"]["test_flash_attention.py"]
+
+
+def test_a_timeout_is_explained_only_when_nothing_failed() -> None:
+    pruned = [_row("k.py", passed=192, seconds=266)]
+    out = pruned_vs_unpruned(pruned, [_row("k.py", "timeout", 191, seconds=420)], [])
+    assert out["different"]["k.py"]["why"].startswith("cut by the per-file time limit (420 s) with nothing failed: "
+                                                      "191 of the pruned run's 192 passed (it took 266 s there)")
+    out = pruned_vs_unpruned(pruned, [_row("k.py", "timeout", 150, failed=1, seconds=420)], [])
+    assert "why" not in out["different"]["k.py"]
+
+
+def test_the_test_steps_seconds_need_one_verify_then_one_test() -> None:
+    assert _test_seconds(b"build rc=0 432 s\nverify rc=0 442 s\ntest rc=11 776 s\ndone\n") == 334
+    assert _test_seconds(b"verify rc=0 353 s\ntest rc=2 353 s\ndone\ntest rc=11 359 s\n") is None
+    assert _test_seconds(None) is None
