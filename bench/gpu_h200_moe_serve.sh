@@ -60,6 +60,7 @@ cp "$FP8/config.json" "$R/config-fp8.json"
 # 2. The serve recipe: the build's recipe with a [serve] for this model. Default backends: only the tensor
 # parallel size is given (and the attention backend where the wheel lacks FA3, below).
 SERVE_PYTHON=${SERVE_PYTHON:-}
+EXTRA=""  # serve args beyond the defaults, each with its reason in notes.txt
 write_recipe() {  # $1: extra serve args (a TOML list's items)
   mkdir -p "$R/recipes"
   cat > "$R/recipes/moe-serve.toml" <<EOF
@@ -95,7 +96,7 @@ if [ "$INSTALL" = 1 ]; then
   # serves instead, as [serve] python: an environment of the user's own.
   TEST_PY=$(ls -d "$BUILD_KERNEL_CACHE_DIR"/tests/env-*/bin/python 2>/dev/null | head -1)
   if [ "$rc" != 0 ] && [ -z "$SERVE_PYTHON" ] && [ -n "$TEST_PY" ]; then
-    SERVE_PYTHON=$TEST_PY; write_recipe ""
+    SERVE_PYTHON=$TEST_PY; write_recipe "$EXTRA"
     # That environment may hold another wheel (the tests may have run on another build): the served one goes in,
     # alone (serve's preflight refuses an sgl_kernel whose files are not the wheel's).
     "$TEST_PY" -m pip install -q --no-deps --no-index --force-reinstall "$WHEEL" > "$R/swap.log" 2>&1
@@ -130,7 +131,7 @@ PY
 if [ $? = 0 ]; then
   echo "attention: sglang's default (fa3 on H200): $(tail -1 "$R/fa3-probe.txt")" >> "$R/notes.txt"
 else
-  write_recipe ', "--attention-backend", "flashinfer"'
+  EXTRA=', "--attention-backend", "flashinfer"'; write_recipe "$EXTRA"
   echo "attention: --attention-backend flashinfer: this wheel's FA3 does not run this model's attention" \
        "($(tail -1 "$R/fa3-probe.txt" | cut -c1-300)), so sglang's H200 default fa3 would fail at its first" \
        "call; flashinfer is sglang's default where fa3 is not picked" >> "$R/notes.txt"
@@ -149,6 +150,19 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
     --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
   local rc=$?
+  # A start that died with the server's own advice (sglang: "To work around this error, add
+  # --disable-piecewise-cuda-graph to your launch command", H200 2026-12-03: its experimental default failed in
+  # cuBLAS) is tried once more with that flag, and the notes say so: the first error stays in bench-first.err.
+  local flag
+  flag=$(grep -o -m1 -E "add --[a-z0-9-]+ to your launch command" "$d/bench.err" | cut -d' ' -f2)
+  if [ "$rc" != 0 ] && [ -n "$flag" ] && [[ "$EXTRA" != *"$flag"* ]]; then
+    mv "$d/bench.err" "$d/bench-first.err"
+    echo "$v: $flag, sglang's own advice after its default start failed: $(grep -m1 '^error' "$d/bench-first.err" | cut -c1-300)" >> "$R/notes.txt"
+    EXTRA="$EXTRA, \"$flag\""; write_recipe "$EXTRA"
+    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
+      --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
+    rc=$?
+  fi
   cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null
   cp -r "$BUILD_KERNEL_CACHE_DIR/serve/ops/moe-serve" "$d/ops" 2>/dev/null
   cp "$BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log" "$R/server.log" 2>/dev/null  # both variants, appended

@@ -330,6 +330,29 @@ def test_a_server_that_exits_early_shows_its_exit_code_and_last_lines(serve_env:
     assert _all_gone(pids)
 
 
+def test_an_early_exit_names_the_childs_exception_and_the_servers_own_advice(serve_env: ServeEnv,
+                                                                             tmp_path: Path) -> None:
+    # The shape of the H200's first MoE serve (2026-12-03): the scheduler child's exception inside an exception
+    # group, sglang's workaround line, then the parent's own last words, which name no cause.
+    crash = tmp_path / "crash.log"
+    crash.write_text("Capture piecewise CUDA graph begin. avail mem=12.62 GB\n"
+                     "  |   File \"graph_module.py\", line 459, in __call__\n"
+                     "  | RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle )`\n"
+                     "Piecewise CUDA Graph failed with error: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED\n"
+                     "Piecewise CUDA Graph is enabled by default as an experimental feature.\n"
+                     "To work around this error, add --disable-piecewise-cuda-graph to your launch command.\n"
+                     "Received sigquit from a child process. It usually means the child failed.\n")
+    recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_EXIT_AFTER_S="1", DOUBLE_EXIT_CODE="137",
+                                  DOUBLE_EXIT_LOG=str(crash))
+    proc = serve_env.cli(recipe, "--launch")
+    assert proc.returncode == 9
+    assert _error(proc).startswith("error: the server exited with code 137 before it was healthy: RuntimeError: "
+                                   "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle )` "
+                                   "(the server's own advice: To work around this error, add "
+                                   "--disable-piecewise-cuda-graph to your launch command. ([serve] args); see ")
+    assert _all_gone(pids)
+
+
 def test_a_server_never_healthy_is_stopped_after_the_timeout(serve_env: ServeEnv, tmp_path: Path) -> None:
     recipe, pids = _double_recipe(serve_env, tmp_path, DOUBLE_READY_AFTER_S="600")
     recipe.write_text(recipe.read_text().replace("health_timeout_s = 60", "health_timeout_s = 3"))

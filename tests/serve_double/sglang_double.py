@@ -18,7 +18,7 @@ there, as on a GPU during capture), the prefill's once per /generate and per /he
 sglang's health check runs one token. So the op-count hook `serve` puts into the server counts real
 calls in a real spawned process; only the GPU is stood in for.
 
-Knobs (environment): DOUBLE_READY_AFTER_S, DOUBLE_EXIT_AFTER_S + DOUBLE_EXIT_CODE (die
+Knobs (environment): DOUBLE_READY_AFTER_S, DOUBLE_EXIT_AFTER_S + DOUBLE_EXIT_CODE (+ DOUBLE_EXIT_LOG: its lines) (die
 early), DOUBLE_PIDS (file: our pid and the child's), DOUBLE_ARGV (file: the argv we got).
 """
 
@@ -156,7 +156,11 @@ def main() -> None:
     print(f"double: loading {args.model_path}", flush=True)
     if os.environ.get("DOUBLE_EXIT_AFTER_S"):
         time.sleep(float(os.environ["DOUBLE_EXIT_AFTER_S"]))
-        print("double: CUDA error: no kernel image is available for execution on the device", flush=True)
+        if os.environ.get("DOUBLE_EXIT_LOG"):  # a crash's log to replay (a file of lines)
+            with open(os.environ["DOUBLE_EXIT_LOG"]) as fh:
+                print(fh.read(), end="", flush=True)
+        else:
+            print("double: CUDA error: no kernel image is available for execution on the device", flush=True)
         sys.exit(int(os.environ.get("DOUBLE_EXIT_CODE", "1")))
     wait.ready()
     server = ThreadingHTTPServer((args.host, args.port), Handler)

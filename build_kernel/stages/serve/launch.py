@@ -2,13 +2,15 @@
 
 `/health` answers 200 as soon as the HTTP server is up; `/health_generate` runs one
 token through the model, so it is the readiness signal. A server that exits while we
-wait shows its exit code and last log lines; Ctrl-C and errors stop its whole process
-group (the scheduler and detokenizer children too).
+wait shows its exit code, the last exception its log names (not the parent's "Received sigquit
+from a child process") and the server's own advice where it gives one; Ctrl-C and errors stop its
+whole process group (the scheduler and detokenizer children too).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +26,13 @@ from build_kernel.errors import ServeError
 SMOKE_PROMPT = "The capital of France is"
 POLL_S = 1.0
 PROGRESS_EVERY_S = 15.0
+# How far back an early exit's cause is looked for: a crashed child's traceback, then the parent's shutdown.
+CAUSE_LINES = 400
+# A Python exception line, also inside an exception group's `  | ` frame.
+_EXCEPTION = re.compile(r"^[\s|]*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
+# The server's own way out, e.g. sglang: "To work around this error, add --disable-piecewise-cuda-graph to your
+# launch command."
+_ADVICE = re.compile(r"(?i)\b(to work around this(?: error)?,? .*|add --[\w-]+ to your launch command.*)$")
 
 
 @dataclass
@@ -57,12 +66,21 @@ def _get(url: str, timeout: float) -> int:
         return 0
 
 
+def early_exit_cause(lines: Sequence[str]) -> tuple[str, str]:
+    """The last exception a server's log names (else its last line) and the server's own advice ("" if none)."""
+    cause = next((f"{m[1]}: {m[2]}" for ln in reversed(lines) if (m := _EXCEPTION.match(ln))), "")
+    advice = next((m[1].strip() for ln in reversed(lines) if (m := _ADVICE.search(ln.strip()))), "")
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "(no output)")
+    return (cause[:300] + (" …" if len(cause) > 300 else "")) if cause else last, advice
+
+
 def _early_exit(server: process.Spawned, code: int, what: str) -> ServeError:
-    tail = server.tail(15)
-    for line in tail:
+    lines = server.tail(CAUSE_LINES)
+    for line in lines[-15:]:
         log.info(f"  | {line}")
-    last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "(no output)")
-    return ServeError(f"the server exited with code {code} {what}: {last}", hint=f"see {server.log}")
+    cause, advice = early_exit_cause(lines)
+    hint = f"the server's own advice: {advice} ([serve] args); see {server.log}" if advice else f"see {server.log}"
+    return ServeError(f"the server exited with code {code} {what}: {cause}", hint=hint)
 
 
 def wait_healthy(server: process.Spawned, url: str, timeout: float) -> float:
