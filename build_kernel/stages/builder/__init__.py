@@ -162,7 +162,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         attempts = runner.build_with_retries(
             cmd, lambda jobs: env_for(jobs, sched_env), cwd=work,
             log_path=log_path, jobs=plan.jobs.jobs, max_oom_retries=plan.recipe.build.max_oom_retries,
-            eta=scheduling.eta(plan, sched.tus, plan.jobs.jobs) if any(t.wall_s for t in sched.tus) else None)
+            eta=scheduling.eta(plan, sched.tus, plan.jobs.jobs, work) if any(t.wall_s for t in sched.tus) else None)
     [wheel] = list(dist.glob("*.whl"))
     backends.check_version(wheel, version)
     if (cache_stats := launcher.stats() if launcher else None) is not None:

@@ -4,12 +4,14 @@ A TU's memory is the profile's high percentile of its tree peaks (profile.estima
 has been compiled before, else the peak the recipe's shipped profile measured (`peak_gb` of
 `[build] order_profile`: a first build on a small machine packs by real sizes, not by the
 default), else the recipe's `job_memory_gb` (× archs in flight); each prediction says which.
-The ETA of a build is the recorded time of what is left, spread over the jobs, but never less
-than the longest TU still to finish.
+The ETA of a build starts as the recorded time of what is left, spread over the jobs, but never
+less than the longest TU still to finish, and moves to the build's own pace as its work gets done.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,41 +94,102 @@ def eta_s(tus: Sequence[TU], done: Iterable[str], jobs: int) -> float | None:
     return max(sum(left) / max(1, jobs), *left)
 
 
-class EtaFromLines:
-    """The ETA the progress bar shows: fed ninja's `[N/M] ...` lines (printed as edges finish when
-    ninja writes to a pipe), it marks the TU each names as done and answers eta_s of the rest, scaled by
-    how the work done so far compared with its recorded time (a profile of another machine, other archs
-    or another pin is off by a factor: the build's own pace corrects it). Between lines it counts down
-    (`remaining`, `describe`, read by the bar on every refresh): it never stands still while the build runs,
-    and says so when the build runs past it."""
+def _in_line(source: str) -> str:
+    """How ninja's line names a TU: a dependency's source (`deps/repo-mscclpp/src/ib.cc`, as the recorder names
+    it) is compiled from a folder with a hash in its name, or in a build folder of its own
+    (`mscclpp-build/.../src/ib.cc.o`): its path inside the dependency."""
+    return re.sub(r"^deps/[^/]+/", "", source)
 
-    # Rescale once this much recorded work is done and this much time has passed (seconds): before
-    # that, one cached or one slow compile would swing the estimate by any factor.
+
+class EtaFromLines:
+    """The ETA the progress bar shows, fed ninja's `[N/M] ...` lines (printed as edges finish when ninja
+    writes to a pipe): each line marks the TU it names as done.
+
+    The work is this build's own compiles, once ninja_order has listed them (`edges`, the governor's list:
+    a profile of other archs or another pin knows TUs this build never compiles, which would never finish,
+    and lacks some it does, which would never count); until then the profile's TUs. A dependency's TU is
+    found by its path inside the dependency. A TU with no recorded time counts as the median of those with
+    one, and, once the build has run a while, as what a finished TU took on average (the jobs' time over the
+    TUs done) where that is more; the ETA says how many compiles the profile knows when it knows less than
+    four in five. The estimate blends two guesses by the share of the
+    predicted work done: the recorded times spread over the jobs (eta_s), and the build's own pace, the
+    elapsed time per predicted second done since ninja's first line, times what is left. Early the profile
+    speaks, late the build's pace: a profile measured elsewhere is corrected without one slow compile
+    swinging it. Between lines it counts down (`remaining`, `describe`, read by the bar on every refresh):
+    it never stands still while the build runs, and says so when the build runs past it."""
+
+    # The build's pace counts once this much predicted work is done and this much time has passed (seconds):
+    # before that, one cached or one slow compile would swing the estimate by any factor.
     MIN_WORK_S, MIN_ELAPSED_S = 10.0, 10.0
-    SCALE_BOUNDS = (0.25, 10.0)
 
     def __init__(self, tus: Sequence[TU], jobs: int, *, clock: Callable[[], float] = time.monotonic,
-                 note: str = "") -> None:
-        # Longest first: `gemm/fp8.cu` must not be marked done by `fp8.cu`.
-        self.tus, self.jobs, self.clock, self.note = list(tus), jobs, clock, note
-        self._names = sorted((t.source for t in tus), key=len, reverse=True)
+                 note: str = "", edges: Path | None = None) -> None:
+        self.jobs, self.clock, self.note, self.edges = jobs, clock, note, edges
+        self._recorded = {t.source: t.wall_s for t in tus if t.wall_s is not None}
+        self._edges_mtime = -1
+        self._use([t.source for t in tus if t.wall_s is not None])
         self.done: set[str] = set()
-        self.start = clock()
-        self.total = eta_s(self.tus, (), jobs) or 0.0
-        self.scale = 1.0
-        self._at, self._estimate = self.start, eta_s(self.tus, (), jobs)
+        self.start: float | None = None  # ninja's first line: configure's minutes are no compile work
+        self.pace = 1.0
+        self._at, self._estimate = clock(), self._prior()
+
+    def _use(self, sources: Sequence[str]) -> None:
+        known = sorted(self._recorded[s] for s in sources if s in self._recorded)
+        self.typical = known[len(known) // 2] if known else None
+        self.unknown = {s for s in sources if s not in self._recorded}
+        self.work = {s: w for s in sources if (w := self._recorded.get(s, self.typical)) is not None}
+        # Longest first: `gemm/fp8.cu` must not be marked done by `fp8.cu`.
+        self._names = sorted(self.work, key=lambda s: len(_in_line(s)), reverse=True)
+
+    def _read_edges(self) -> None:
+        """This build's compiles, from ninja_order's list (read again when CMake regenerates it)."""
+        if self.edges is None:
+            return
+        try:
+            mtime = self.edges.stat().st_mtime_ns
+            if mtime == self._edges_mtime:
+                return
+            sources = json.loads(self.edges.read_text())["sources"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self._edges_mtime = mtime
+        self._use(list(dict.fromkeys(sources)))
+        self.done &= set(self.work)
+
+    def _left(self) -> list[float]:
+        return [w for s, w in self.work.items() if s not in self.done]
+
+    def _prior(self, elapsed: float = 0.0) -> float | None:
+        """eta_s of what is left, its longest TU counted from the build's start: compiles start longest first
+        (ninja_order), so the longest still running has been for that long."""
+        left = self._left()
+        return max(sum(left) / max(1, self.jobs), max(left) - elapsed) if left else None
 
     def __call__(self, line: str) -> float | None:
-        hit = next((s for s in self._names if s in line), None)
-        if hit:
-            self.done.add(hit)
-        now, left = self.clock(), eta_s(self.tus, self.done, self.jobs)
-        worked, elapsed = self.total - (left or 0.0), now - self.start
-        if worked >= self.MIN_WORK_S and elapsed >= self.MIN_ELAPSED_S:
-            low, high = self.SCALE_BOUNDS
-            self.scale = min(high, max(low, elapsed / worked))
-        self._at, self._estimate = now, None if left is None else left * self.scale
-        return self._estimate
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        self._read_edges()
+        hit = next((s for s in self._names if s not in self.done and _in_line(s) in line), None)
+        if hit is None:
+            return self._estimate  # nothing more known: the countdown goes on
+        self.done.add(hit)
+        elapsed = now - self.start
+        if self.unknown and self.typical is not None and elapsed >= self.MIN_ELAPSED_S:
+            # A TU the profile does not know costs what a finished TU took on average so far (the jobs' time
+            # over the TUs done), not less than the profile's median: a profile of other archs knows least
+            # about the TUs only these archs compile.
+            guess = max(self.typical, elapsed * self.jobs / len(self.done))
+            self.work.update(dict.fromkeys(self.unknown, guess))
+        left, prior = sum(self._left()), self._prior(elapsed)
+        worked = sum(self.work[s] for s in self.done)
+        estimate = prior if self._left() or not self.work else 0.0  # every compile done: links and packing left
+        if prior is not None and worked >= self.MIN_WORK_S and elapsed >= self.MIN_ELAPSED_S:
+            share = worked / (worked + left)
+            self.pace = elapsed * self.jobs / worked
+            estimate = (1 - share) * prior + share * elapsed * left / worked
+        self._at, self._estimate = now, estimate
+        return estimate
 
     def remaining(self) -> float | None:
         """Seconds left now: the last estimate counted down since it was made (0 once past it)."""
@@ -137,12 +200,14 @@ class EtaFromLines:
     def describe(self) -> str:
         """`eta 50 s (x2.0 from the work done) (note)`, or how far past the estimate the build is."""
         left = self.remaining()
-        if left is None:
+        if left is None or self._estimate is None:
             text = "eta -"
-        elif left > 0 or self._estimate is None:
+        elif left > 0 or not self._left():  # every compile done: no compile to be late
             text = f"eta {left:.0f} s"
         else:
             text = f"eta ? ({self.clock() - self._at - self._estimate:.0f} s over the estimate)"
-        if abs(self.scale - 1.0) >= 0.1:
-            text += f" (x{self.scale:.1f} from the work done)"
+        if abs(self.pace - 1.0) >= 0.1:
+            text += f" (x{self.pace:.1f} from the work done)"
+        if self.unknown and len(self.unknown) * 5 > len(self.work):  # over a fifth of the compiles: a rough guess
+            text += f" (profile knows {len(self.work) - len(self.unknown)} of {len(self.work)} compiles)"
         return f"{text} ({self.note})" if self.note else text

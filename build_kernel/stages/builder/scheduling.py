@@ -223,13 +223,14 @@ def profile_note(plan: Plan) -> str | None:
             "the ETA re-estimates from the work done")
 
 
-def eta(plan: Plan, tus: list[planner.TU], jobs: int) -> planner.EtaFromLines:
-    """The progress bar's ETA; when its times come from a shipped profile measured for another build, the
-    log says so once and the ETA carries a short note."""
+def eta(plan: Plan, tus: list[planner.TU], jobs: int, work: Path) -> planner.EtaFromLines:
+    """The progress bar's ETA over the compiles of the build in `work` (ninja_order lists them there); when its
+    times come from a shipped profile measured for another build, the log says so once and the ETA carries a
+    short note."""
     note = profile_note(plan) if any(t.how == "shipped profile" for t in tus) else None
     short = ""
     if note:
         log.info(note)
         archs = planner.measured_for(plan.recipe.build.order_profile).get("archs", "")
         short = f"profile for {archs}" if archs and archs != plan.arch_list else "profile for another pin"
-    return planner.EtaFromLines(tus, jobs, note=short)
+    return planner.EtaFromLines(tus, jobs, note=short, edges=work / "bin" / ninja_order.EDGES)
