@@ -26,7 +26,7 @@ help:
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet '$(TORCH)' 'cmake==3.28.*' -e '.[build,verify,publish,test]'
+	$(BIN)/python -m pip install --quiet --no-compile '$(TORCH)' 'cmake==3.28.*' -e '.[build,verify,publish,test]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -76,7 +76,7 @@ def serve_env(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -
     # bench_serving imports `datasets` (an sglang requirement the flag parser does not need); pinned
     # with transformers so pip keeps a huggingface_hub that transformers 4.57.1 accepts.
     constraints = Path(env.python).parent.parent / "build-kernel-constraints.txt"
-    pip = subprocess.run([env.python, "-m", "pip", "install", "-q", "-c", str(constraints), "datasets",
+    pip = subprocess.run([env.python, "-m", "pip", "install", "-q", "--no-compile", "-c", str(constraints), "datasets",
                           "huggingface_hub<1.0", "transformers==4.57.1"], capture_output=True, text=True, check=False)
     assert pip.returncode == 0, pip.stderr
     model = tmp_path_factory.mktemp("tiny-model")

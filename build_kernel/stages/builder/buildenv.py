@@ -90,7 +90,9 @@ def python_for(plan: Plan, *, dry_run: bool = False) -> str:
             index = ["--extra-index-url", t.torch_index] if t.torch_index else []
             log_path = root.parent / f"{root.name}.log"
             try:
-                proc = run([python, "-m", "pip", "install", "--quiet", f"torch=={t.torch}", *BUILD_REQUIREMENTS,
+                # --no-compile: a build imports little of torch; the bytecode of what it imports is written then.
+                # Compiling all of it up front took 70 s against 45 s for torch 2.14.1 (2 cores).
+                proc = run([python, "-m", "pip", "install", "--quiet", "--no-compile", f"torch=={t.torch}", *BUILD_REQUIREMENTS,
                             *t.build_requires,
                             "-c", constraint, *index], error=ToolchainError, what=f"installing torch {t.torch}",
                            fix="check [toolchain] torch / torch_index, or set torch = \"existing\"", log=log_path,

@@ -60,7 +60,9 @@ def requirements(sglang_requires: Iterable[str], *, flashinfer: str = "", only: 
 
 def pip_install(python: str, args: Sequence[str | Path], *, what: str, env: Mapping[str, str], log_path: Path,
          folder: Path | None) -> None:
-    process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+    # --no-compile: bytecode for the modules a server imports is written when it imports them; compiling every
+    # file of sglang's requirements up front doubled pip's CPU time (measured on torch: 42 vs 23 CPU s).
+    process.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                  *wheelhouse.index_args(folder), *args], error=ServeError, what=what, env=env, log=log_path,
                 timeout=3600, fix=f"see {log_path}; " + (f"the wheelhouse {folder} must hold these versions" if folder
                                                          else "a package index with these versions must be reachable "
