@@ -6,7 +6,12 @@ not among them, the 64-prompt logprob-close verdicts against transformers on the
 exact-id figure beside them, and C=1 / C=32 throughput. Plus the checkpoint's training record, the host,
 each step's time and the notes (any backend asked for, and why). Nothing is typed by hand.
 
-    python bench/gpu_h200_moe_serve.py moe-serve-raw.tar.gz [--out FILE]
+    python bench/gpu_h200_moe_serve.py moe-serve-raw.tar.gz [--out FILE] \
+        [--throughput-pair moe-serve-raw-ours.tar.gz moe-serve-raw-reference.tar.gz]
+
+The pair (issue 41 item 5): the same model and server, one attention backend for both (ATTENTION=flashinfer,
+CHECKS=0, TAG=...), on this wheel and on another build of the same commit (the unpruned reference): output
+tokens/s per concurrency and their ratio, ours over the reference.
 """
 
 from __future__ import annotations
@@ -88,10 +93,29 @@ def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
     }
 
 
+def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
+    """bf16 output tokens/s per concurrency of two runs of the same model and server, and ours / reference."""
+    runs = {}
+    for label, path in (("ours", ours), ("reference", reference)):
+        with tarfile.open(path) as tar:
+            run = variant(tar, "bf16") or {}
+            runs[label] = {"raw": path.name, "wheel": next((ln.removeprefix("wheel: ") for ln in
+                                                            _text(tar, "host.txt").splitlines()
+                                                            if ln.startswith("wheel: ")), None),
+                           "error": run.get("error"), "attention": (run.get("resolved") or {}).get("resolved", {})
+                           .get("attention_backend"), "bench": run.get("bench") or {}}
+    ratios = {c: round(row["output_throughput"] / ref["output_throughput"], 3)
+              for c, row in runs["ours"]["bench"].items()
+              if (ref := runs["reference"]["bench"].get(c)) and row.get("output_throughput")
+              and ref.get("output_throughput")}
+    return {**runs, "ratio_ours_over_reference": ratios}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/gpu_h200_moe_serve.sh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
+    parser.add_argument("--throughput-pair", type=Path, nargs=2, metavar=("OURS", "REFERENCE"))
     args = parser.parse_args()
     with tarfile.open(args.raw) as tar:
         training = _json(tar, "training.json") or {}
@@ -110,6 +134,8 @@ def main() -> None:
                       "tokens_per_expert_per_layer": training.get("tokens_per_expert_per_layer")},
             "variants": runs,
         }
+    if args.throughput_pair:
+        result["throughput_pair"] = throughput_pair(*args.throughput_pair)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in runs.items():
         close = (r["agreement"] or {}).get("logprobs_close") or {}

@@ -28,10 +28,16 @@ MOE_CACHE=${MOE_CACHE:-$REPO/.device/cache/moe}
 INSTALL=${INSTALL:-1}
 VARIANTS=${VARIANTS:-bf16 fp8}
 BUDGET_S=${BUDGET_S:-540}
+# The throughput pair of issue 41 item 5 (this wheel against another build of the same commit, same server):
+# ATTENTION names one attention backend for both (an unpruned reference without FA3 cannot run sglang's H200
+# default), CHECKS=0 leaves the 64-prompt check and the sampled requests out (bench only), TAG names the tarball.
+ATTENTION=${ATTENTION:-}
+CHECKS=${CHECKS:-1}
+TAG=${TAG:-}
 export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc} BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
 R=/tmp/moe-serve-raw; rm -rf "$R"; mkdir -p "$R" "$OUT" "$MOE_CACHE"
 t0=$(date +%s)
-step() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$R/steps.txt"; tar -czf "$OUT/moe-serve-raw.tar.gz" -C "$R" .; }
+step() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$R/steps.txt"; tar -czf "$OUT/moe-serve-raw${TAG:+-$TAG}.tar.gz" -C "$R" .; }
 
 # The tool's own dependencies (GitPython, unidiff, pyelftools), as .device/run.sh installs them.
 if [ ! -d /tmp/bk-site ]; then
@@ -115,8 +121,13 @@ SERVE_PY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pyth
 # lack it (SGL_KERNEL_FA3=OFF: no flash_ops, the fallback raises at the first call) or keep only other head dims
 # (series v8's [build] fa3): one FA3 call of this model's shape (head_dim 64, bf16, causal, GQA) decides. Where it
 # does not run, flashinfer, sglang's default where fa3 is not picked, is asked for, and the notes say why.
+if [ -n "$ATTENTION" ]; then
+  EXTRA="$EXTRA, \"--attention-backend\", \"$ATTENTION\""; write_recipe "$EXTRA"
+  echo "attention: --attention-backend $ATTENTION (ATTENTION: one backend for both wheels of a pair)" >> "$R/notes.txt"
+  bk --json serve "$WHEEL" --recipe "$OVR" > "$R/dry-run.json" 2> "$R/dry-run.err"; step "dry-run ($ATTENTION) rc=$?"
+fi
 HEAD_DIM=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"])' "$BF16/config.json")
-"$SERVE_PY" - $HEAD_DIM > "$R/fa3-probe.txt" 2>&1 <<'PY'
+[ -n "$ATTENTION" ] || "$SERVE_PY" - $HEAD_DIM > "$R/fa3-probe.txt" 2>&1 <<'PY'
 import sys, torch
 from sgl_kernel.flash_attn import flash_attn_varlen_func
 d, hq, hk = (int(x) for x in sys.argv[1:4])
@@ -128,7 +139,10 @@ out = flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=True)
 torch.cuda.synchronize()
 print(f"fa3 ran head_dim {d} bf16: {tuple((out[0] if isinstance(out, tuple) else out).shape)}")
 PY
-if [ $? = 0 ]; then
+probe_rc=$?
+if [ -n "$ATTENTION" ]; then
+  :
+elif [ "$probe_rc" = 0 ]; then
   echo "attention: sglang's default (fa3 on H200): $(tail -1 "$R/fa3-probe.txt")" >> "$R/notes.txt"
 else
   EXTRA=', "--attention-backend", "flashinfer"'; write_recipe "$EXTRA"
@@ -146,9 +160,11 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   check="$check --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $3"
   # Greedy requests never sample (sglang takes an argmax): a few sampled ones make the sampling kernels run.
   local sampled="$(command -v python3) $REPO/bench/sampled_requests.py --url {url} --requests 8"
+  local checks=(--check "$check" --check "$sampled")
+  [ "$CHECKS" = 1 ] || checks=()
   # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
-  timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
-    --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
+  timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench "${checks[@]}" \
+    > "$d/bench.json" 2> "$d/bench.err"
   local rc=$?
   # A start that died with the server's own advice (sglang: "To work around this error, add
   # --disable-piecewise-cuda-graph to your launch command", H200 2026-12-03: its experimental default failed in
@@ -159,8 +175,8 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
     mv "$d/bench.err" "$d/bench-first.err"
     echo "$v: $flag, sglang's own advice after its default start failed: $(grep -m1 '^error' "$d/bench-first.err" | cut -c1-300)" >> "$R/notes.txt"
     EXTRA="$EXTRA, \"$flag\""; write_recipe "$EXTRA"
-    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench --check "$check" \
-      --check "$sampled" > "$d/bench.json" 2> "$d/bench.err"
+    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench "${checks[@]}" \
+      > "$d/bench.json" 2> "$d/bench.err"
     rc=$?
   fi
   cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null

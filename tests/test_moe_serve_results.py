@@ -66,3 +66,26 @@ def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path:
                                       "median_ttft_ms": None, "mean_itl_ms": None, "completed": None}}
     assert result["notes"] == ["attention: --attention-backend flashinfer: no flash_ops"]
     assert result["model"]["training"] == {"last_loss": 0.04}
+
+
+def test_the_throughput_pair_is_ours_over_the_reference_per_concurrency(tmp_path: Path) -> None:
+    def raw(name: str, wheel: str, c1: float, c32: float) -> Path:
+        path = tmp_path / f"moe-serve-raw-{name}.tar.gz"
+        bench = {"resolved": {"resolved": {"attention_backend": "flashinfer"}},
+                 "bench": [{"concurrency": 1, "output_throughput": c1}, {"concurrency": 32, "output_throughput": c32}]}
+        with tarfile.open(path, "w:gz") as tar:
+            _add(tar, "bf16/bench.json", bench)
+            _add(tar, "bf16/bench.err", "✓ serve\n")
+            _add(tar, "host.txt", f"NVIDIA H200\nwheel: /tmp/{wheel}\n")
+        return path
+
+    main = raw("main", "ours.whl", 500.0, 9000.0)
+    ours, ref = raw("ours", "ours.whl", 490.0, 9100.0), raw("ref", "unpruned.whl", 500.0, 9000.0)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out", str(out),
+                           "--throughput-pair", str(ours), str(ref)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pair = json.loads(out.read_text())["throughput_pair"]
+    assert pair["ratio_ours_over_reference"] == {"C=1": 0.98, "C=32": 1.011}
+    assert (pair["ours"]["wheel"], pair["reference"]["wheel"]) == ("/tmp/ours.whl", "/tmp/unpruned.whl")
+    assert pair["ours"]["attention"] == pair["reference"]["attention"] == "flashinfer"
