@@ -59,6 +59,17 @@ def test_flash_attn_recipe_plans_offline_and_forced() -> None:
     assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "wheels")
 
 
+def test_plan_lists_an_fa3_choice_only_for_a_package_that_has_one() -> None:
+    # flash-attn 2 for 9.0 printed sgl-kernel's FA3 row ("head dims 64, 96, ... 64_512; dtypes bf16, fp16, e4m3"):
+    # a choice that package does not have.
+    fa = run_cli("plan", "--recipe", "flash-attn-2.8.3", "--arch", "9.0")
+    assert fa.returncode == 0, fa.stderr
+    assert "fa3" not in fa.stdout and "FLASH_ATTN_CUDA_ARCHS=90" in fa.stdout
+    sgl = run_cli("plan", "--recipe", "nightly-cu130-pruned")
+    assert sgl.returncode == 0, sgl.stderr
+    assert "│ fa3 " in sgl.stdout  # sgl-kernel: the series reads the choice (here "not read": 12.0a has no FA3)
+
+
 def test_flash_attn_stack_stops_at_the_toolkit_before_installing_torch(project: Path, tmp_path: Path) -> None:
     """flash-attn's recipe on this host (its source swapped for the miniature: no GitHub here): CUDA 12.8 from
     PyPI wheels is refused in one line (exit 3) before the build environment (torch 2.9.1, GBs) is made."""

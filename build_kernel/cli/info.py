@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from build_kernel import host_compiler, log, recipe, stack, toolchain
+from build_kernel import fa3_variants, host_compiler, log, recipe, stack, toolchain
 from build_kernel.cli.options import Options, emit, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.log import styled
@@ -139,8 +139,12 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
     for warning in p.jobs.warnings:
         log.warn(warning)
         table.add_row(styled("warning", "yellow"), warning)
-    table.add_row("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
-                         f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})")
+    # Only where there is an FA3 choice: a recipe that makes one, or a series that reads it (sgl-kernel's);
+    # another package's plan (flash-attn 2) has no such kernels to list.
+    reads_fa3 = any(fa3_variants.SERIES_MARK in patch.path.read_text(errors="replace") for patch in p.series.patches)
+    if p.recipe.build.fa3 != "all" or reads_fa3:
+        table.add_row("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
+                             f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})")
     defines = {**p.fa3.defines(), **p.recipe.build.defines}
     for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in defines.items()}}.items():
         table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
