@@ -70,9 +70,27 @@ def test_plan_lists_an_fa3_choice_only_for_a_package_that_has_one() -> None:
     assert "│ fa3 " in sgl.stdout  # sgl-kernel: the series reads the choice (here "not read": 12.0a has no FA3)
 
 
+def test_flash_attn_on_a_torch_that_needs_cxx20_is_refused_before_compiling() -> None:
+    # The real tree at 060c9188 on torch 2.14.1 + nvcc 13.0 (2026-12-03): setup.py's -std=c++17 met torch's
+    # `std::strong_ordering` in every TU, after 30 s of configure and compiles. The series says its standard.
+    from build_kernel.series import load_series
+
+    series = load_series(REPO_ROOT / "patches/flash-attn/v1")
+    assert series.cxx_standard == 17 and series.applies_to_commits == ("060c9188beec3a8b62b33a3bfa6d5d2d44975fab",)
+    facts = toolchain.Facts(python=sys.executable, python_version="3.12", torch_version="2.14.1+cu130",
+                            torch_cuda="13.0", torch_cxx_standard=20)
+    assert toolchain.cxx_standard_problem(facts, series) == (
+        "torch 2.14.1+cu130 needs C++20 and series flash-attn/v1 builds with C++17: add a patch that sets C++20 (and "
+        f"cxx_standard = 20 in {REPO_ROOT / 'patches/flash-attn/v1/info.toml'}), or use a torch whose headers accept C++17")
+    # The recipe's own torch (2.9.1) needs C++17: nothing to refuse.
+    assert toolchain.cxx_standard_problem(replace(facts, torch_version="2.9.1+cu128", torch_cxx_standard=17), series) is None
+
+
 def test_flash_attn_stack_stops_at_the_toolkit_before_installing_torch(project: Path, tmp_path: Path) -> None:
     """flash-attn's recipe on this host (its source swapped for the miniature: no GitHub here): CUDA 12.8 from
-    PyPI wheels is refused in one line (exit 3) before the build environment (torch 2.9.1, GBs) is made."""
+    PyPI wheels is refused in one line (exit 3) before the build environment (torch 2.9.1, GBs) is made. The
+    swapped source has a series of its own: flash-attn's is made for 060c9188 only."""
+    write_series(project, "fa-mini", "v1", {})
     write_recipe(project, "fa", f"""
         extends = "{REPO_ROOT / 'recipes/flash-attn-2.8.3.toml'}"
         [source]
@@ -80,6 +98,9 @@ def test_flash_attn_stack_stops_at_the_toolkit_before_installing_torch(project: 
         commit = "806180d731961fa7ee126d761559c41473c88b66"
         sparse_paths = []
         submodules = []
+        [patches]
+        series = "fa-mini"
+        version = "v1"
     """)
     cache_dir = tmp_path / "cache"
     out = run_cli("build", "--recipe", str(project / "recipes/fa.toml"), "--arch", "9.0",
