@@ -48,6 +48,17 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, runner.FileRe
     return {r.file: r for r in done}
 
 
+def test_the_recipes_pytest_args_select_a_subset(tmp_path: Path) -> None:
+    # flash-attn's test_flash_attn.py runs for hours whole: [test] args = ["-k", ...] names the subset that runs.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_pass.py").write_text(FILES["tests/test_pass.py"])
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    [done] = runner.run_all(sys.executable, ["tests/test_pass.py"], tmp_path, tmp_path / "out", env, timeout_s=60,
+                            parallel=1, args=["-k", "test_two"])
+    assert (done.status, done.passed) == ("passed", 1)
+    assert "1 deselected" in Path(done.log).read_text()
+
+
 def test_each_file_outcome_is_told_apart(results: dict[str, runner.FileResult]) -> None:
     ok = results["tests/test_pass.py"]
     assert (ok.status, ok.passed, ok.failed, ok.exit_code) == ("passed", 2, [], 0)

@@ -238,6 +238,8 @@ class Tests:
     timeout_s: float = _doc("Seconds one test file may run before it is stopped (reported as a timeout).", 900.0)
     parallel: int = _doc("Test files run at once (on one GPU they share it).", 4)
     env: dict[str, str] = _doc("Environment of the test processes.", factory=dict)
+    args: tuple[str, ...] = _doc("More pytest arguments for every file, e.g. `[\"-k\", \"hdim64 or hdim128\"]` for a "
+                                 "subset of a suite too long to run whole (the record names them).", factory=tuple)
     expect: tuple[Expectation, ...] = _doc("Known outcomes, `[test.expect.\"GLOB\"]` tables (outcome, reason, "
                                            "evidence, when_asked): red means new.", factory=tuple)
 

@@ -106,7 +106,7 @@ def run_tests(plan: Plan, tree: Tree, wheel: Path, build_python: str, *, offline
     digest = sha256_of(wheel)
     record: dict[str, Any] = {
         "wheel": str(wheel), "wheel_sha256": digest, "recipe": plan.recipe.name, "commit": tree.commit,
-        "archs": asked, "files": files, "parallel": parallel, "timeout_s": timeout_s,
+        "archs": asked, "files": files, "pytest_args": list(tests.args), "parallel": parallel, "timeout_s": timeout_s,
         "environment": str(environment.root_for(plan, build_python, digest)),
     }
     if dry_run:
@@ -129,7 +129,7 @@ def run_tests(plan: Plan, tree: Tree, wheel: Path, build_python: str, *, offline
                  f"({result.seconds:.0f} s)")
 
     results = runner.run_all(python, files, staged, run / "out", env, timeout_s=timeout_s, parallel=parallel,
-                             on_done=progress)
+                             on_done=progress, args=tests.args)
     verdicts = [verdict.judge(r, exps) for r in results]
     record.update({
         "start": started.isoformat(), "seconds": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),

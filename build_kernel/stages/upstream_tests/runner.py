@@ -105,14 +105,15 @@ def _why(text: str) -> tuple[str | None, str | None]:
     return (missing.group(1) if missing else None), (errors[-1] if errors else None)
 
 
-def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str], timeout_s: float) -> FileResult:
-    """pytest on one file, stopped (its whole process group) after `timeout_s`."""
+def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str], timeout_s: float,
+             args: Sequence[str] = ()) -> FileResult:
+    """pytest on one file (with the recipe's `args`), stopped (its whole process group) after `timeout_s`."""
     stem = file.replace("/", "__")
     xml, log = out / f"{stem}.xml", out / f"{stem}.log"
     xml.unlink(missing_ok=True)
     log.unlink(missing_ok=True)
     cmd = [python, "-m", "pytest", file, "-v", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           "-o", "junit_family=xunit1", "--rootdir", str(cwd)]
+           "-o", "junit_family=xunit1", "--rootdir", str(cwd), *args]
     result = FileResult(file, log=str(log))
     start = time.monotonic()
     with process.spawn(cmd, error=TestError, what=f"running {file}", cwd=cwd, env=env, log=log) as child:
@@ -140,12 +141,13 @@ def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str
 
 
 def run_all(python: str, files: Sequence[str], cwd: Path, out: Path, env: Mapping[str, str], *, timeout_s: float,
-            parallel: int, on_done: Callable[[FileResult], None] | None = None) -> list[FileResult]:
+            parallel: int, on_done: Callable[[FileResult], None] | None = None,
+            args: Sequence[str] = ()) -> list[FileResult]:
     """Every file, `parallel` at once, in the order given (longest known first is the caller's choice)."""
     out.mkdir(parents=True, exist_ok=True)
 
     def one(file: str) -> FileResult:
-        result = run_file(python, file, cwd, out, env, timeout_s)
+        result = run_file(python, file, cwd, out, env, timeout_s, args)
         if on_done is not None:
             on_done(result)
         return result
