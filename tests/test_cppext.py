@@ -79,11 +79,16 @@ def test_flash_attn_on_a_torch_that_needs_cxx20_is_refused_before_compiling() ->
     assert series.cxx_standard == 17 and series.applies_to_commits == ("060c9188beec3a8b62b33a3bfa6d5d2d44975fab",)
     facts = toolchain.Facts(python=sys.executable, python_version="3.12", torch_version="2.14.1+cu130",
                             torch_cuda="13.0", torch_cxx_standard=20)
-    assert toolchain.cxx_standard_problem(facts, series) == (
-        "torch 2.14.1+cu130 needs C++20 and series flash-attn/v1 builds with C++17: add a patch that sets C++20 (and "
-        f"cxx_standard = 20 in {REPO_ROOT / 'patches/flash-attn/v1/info.toml'}), or use a torch whose headers accept C++17")
+    # The fix named is the sibling version made for the same commit that takes the standard from torch.
+    assert toolchain.cxx_standard_problem(facts, series, "060c9188beec3a8b62b33a3bfa6d5d2d44975fab") == (
+        "torch 2.14.1+cu130 needs C++20 and series flash-attn/v1 builds with C++17: use [patches] version = \"v2\" "
+        "(it sets the standard from torch), or use a torch whose headers accept C++17")
     # The recipe's own torch (2.9.1) needs C++17: nothing to refuse.
     assert toolchain.cxx_standard_problem(replace(facts, torch_version="2.9.1+cu128", torch_cxx_standard=17), series) is None
+    # v2, the recipe's, leaves the standard to torch's cpp_extension: nothing to refuse either way.
+    v2 = load_series(REPO_ROOT / "patches/flash-attn/v2")
+    assert v2.cxx_standard == "torch" and toolchain.cxx_standard_problem(facts, v2) is None
+    assert recipe.load("flash-attn-2.8.3").patches.version == "v2"
 
 
 def test_flash_attn_stack_stops_at_the_toolkit_before_installing_torch(project: Path, tmp_path: Path) -> None:
