@@ -163,8 +163,11 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   local checks=(--check "$check" --check "$sampled")
   [ "$CHECKS" = 1 ] || checks=()
   # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
-  timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench "${checks[@]}" \
-    > "$d/bench.json" 2> "$d/bench.err"
+  start() {  # $1: the model folder
+    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$1" --bench \
+      "${checks[@]}" > "$d/bench.json" 2> "$d/bench.err"
+  }
+  start "$2"
   local rc=$?
   # A start that died with the server's own advice (sglang: "To work around this error, add
   # --disable-piecewise-cuda-graph to your launch command", H200 2026-12-03: its experimental default failed in
@@ -175,8 +178,7 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
     mv "$d/bench.err" "$d/bench-first.err"
     echo "$v: $flag, sglang's own advice after its default start failed: $(grep -m1 '^error' "$d/bench-first.err" | cut -c1-300)" >> "$R/notes.txt"
     EXTRA="$EXTRA, \"$flag\""; write_recipe "$EXTRA"
-    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$2" --bench "${checks[@]}" \
-      > "$d/bench.json" 2> "$d/bench.err"
+    start "$2"
     rc=$?
   fi
   cp "$WHEEL.serve-bench.json" "$d/serve-bench.json" 2>/dev/null

@@ -219,9 +219,7 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
         a = {r["file"]: r for r in runs["v6"]["rows"]}
         b = {r["file"]: r for r in runs["v7"]["rows"]}
         data["v6_vs_v7"] = {
-            "same_verdict": sorted(f for f in a if f in b and (a[f]["status"], a[f]["passed"], a[f]["failed"],
-                                                               a[f]["skipped"]) == (b[f]["status"], b[f]["passed"],
-                                                                                    b[f]["failed"], b[f]["skipped"])),
+            "same_verdict": sorted(f for f in a if f in b and _outcome(a[f]) == _outcome(b[f])),
             "different": {f: {"v6": a[f]["verdict"], "v7": b[f]["verdict"]} for f in a if f in b and
                           (a[f]["status"], a[f]["passed"], a[f]["failed"]) != (b[f]["status"], b[f]["passed"],
                                                                                b[f]["failed"])},

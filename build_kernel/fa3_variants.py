@@ -30,6 +30,11 @@ MODES = ("all", "model", "listed")
 # The define a patch series must read for a choice to mean anything (0010-fa3-variants.patch).
 SERIES_MARK = "SGL_KERNEL_FA3_HDIMS"
 _PLAIN = (64, 96, 128, 192, 256)
+
+
+def series_reads_choice(patches: Sequence[Path]) -> bool:
+    """Whether a series' patches read the choice (SERIES_MARK): only then does [build] fa3 leave kernels out."""
+    return any(SERIES_MARK in path.read_text(errors="replace") for path in patches)
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "bf16", "float": "bf16"}
 
 

@@ -225,7 +225,7 @@ def _fa3(recipe: Recipe, archs: tuple[Arch, ...], series: Series, env: Mapping[s
     if not any(a.major == 9 for a in archs):
         # sgl-kernel compiles FA3 for 9.0a only: nothing to choose, and no model config to look for.
         return replace(fa3_variants.ALL, why=f"fa3 = \"{b.fa3}\" not read: FA3 is compiled for 9.0a only, and none is asked")
-    if not any(fa3_variants.SERIES_MARK in p.path.read_text(errors="replace") for p in series.patches):
+    if not fa3_variants.series_reads_choice([p.path for p in series.patches]):
         raise RecipeError([f"build.fa3 = \"{b.fa3}\": series {recipe.patches.series}/{recipe.patches.version} has no "
                            f"patch that reads {fa3_variants.SERIES_MARK}, so every FA3 kernel would compile anyway; "
                            "use series sm120 v8 or later, or set fa3 = \"all\""])

@@ -141,8 +141,7 @@ def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
         table.add_row(styled("warning", "yellow"), warning)
     # Only where there is an FA3 choice: a recipe that makes one, or a series that reads it (sgl-kernel's);
     # another package's plan (flash-attn 2) has no such kernels to list.
-    reads_fa3 = any(fa3_variants.SERIES_MARK in patch.path.read_text(errors="replace") for patch in p.series.patches)
-    if p.recipe.build.fa3 != "all" or reads_fa3:
+    if p.recipe.build.fa3 != "all" or fa3_variants.series_reads_choice([patch.path for patch in p.series.patches]):
         table.add_row("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
                              f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})")
     defines = {**p.fa3.defines(), **p.recipe.build.defines}

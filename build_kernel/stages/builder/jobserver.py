@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_kernel.stages.builder.ninja_order import EdgesList
 from build_kernel.stages.builder.recorder import _children, compiled, tree_rss
 
 INTERVAL_S = 0.05
@@ -108,7 +109,7 @@ class Governor:
         self.predictions = dict(predictions)
         self.waiting: Counter[str] = Counter(list(self.known))
         # The build's list of compiles, written by the ninja wrapper after each configure (None: never).
-        self.edges, self.strip, self._edges_mtime = edges, list(strip), -1
+        self.edges, self.strip, self._edges = edges, list(strip), EdgesList(edges)
         # Longest key first: `gemm/fp8.cu` must not be taken for `fp8.cu` (the fallback match).
         self._keys = sorted(self.predictions, key=len, reverse=True)
         # Keyed by (pid, start time), never the pid alone: the kernel hands a finished job's pid to a later
@@ -183,17 +184,10 @@ class Governor:
 
     def _read_edges(self) -> None:
         """Once the build is configured: exactly its compiles are still to come (see the module's docstring)."""
-        if self.edges is None:
-            return
-        try:
-            mtime = self.edges.stat().st_mtime_ns
-            if mtime == self._edges_mtime:
-                return
-            sources = json.loads(self.edges.read_text())["sources"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return  # not written yet (or being replaced): what was known stays
-        self._edges_mtime = mtime
-        listed = Counter(str(src) for src in sources)
+        sources = self._edges.changed()
+        if sources is None:
+            return  # none, not written yet (or being replaced), or unchanged: what was known stays
+        listed = Counter(sources)
         done = Counter(self.stats.started)
         self.predictions = {src: self.known.get(src, self.default) for src in listed}
         self.waiting = Counter({src: n - done[src] for src, n in listed.items() if n > done[src]})

@@ -282,6 +282,28 @@ def main(argv: Sequence[str] | None = None) -> None:
 # --- the tool's side (imported, never run by path) ------------------------------------------------
 
 
+class EdgesList:
+    """The edges file `order` writes (this build's compiles), read by whoever follows the build (the governor,
+    the ETA): `changed()` gives its sources when the file is new or rewritten (CMake regenerated), else None,
+    also while it does not exist yet or is being replaced."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self._mtime = path, -1
+
+    def changed(self) -> list[str] | None:
+        if self.path is None:
+            return None
+        try:
+            mtime = self.path.stat().st_mtime_ns
+            if mtime == self._mtime:
+                return None
+            sources = [str(src) for src in json.loads(self.path.read_text())["sources"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        self._mtime = mtime
+        return sources
+
+
 def read_shipped(path: str | os.PathLike[str]) -> dict[str, float]:
     """source -> seconds of a shipped order profile (read_shipped_rows)."""
     return {source: seconds for source, (seconds, _) in read_shipped_rows(path).items()}

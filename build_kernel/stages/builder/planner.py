@@ -10,7 +10,6 @@ less than the longest TU still to finish, and moves to the build's own pace as i
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_kernel.stages.builder import profile
+from build_kernel.stages.builder.ninja_order import EdgesList
 
 MiB = 1024 * 1024
 MEASURED_FOR = "# measured-for:"
@@ -124,9 +124,8 @@ class EtaFromLines:
 
     def __init__(self, tus: Sequence[TU], jobs: int, *, clock: Callable[[], float] = time.monotonic,
                  note: str = "", edges: Path | None = None) -> None:
-        self.jobs, self.clock, self.note, self.edges = jobs, clock, note, edges
+        self.jobs, self.clock, self.note, self.edges, self._edges = jobs, clock, note, edges, EdgesList(edges)
         self._recorded = {t.source: t.wall_s for t in tus if t.wall_s is not None}
-        self._edges_mtime = -1
         self._use([t.source for t in tus if t.wall_s is not None])
         self.done: set[str] = set()
         self.start: float | None = None  # ninja's first line: configure's minutes are no compile work
@@ -143,18 +142,9 @@ class EtaFromLines:
 
     def _read_edges(self) -> None:
         """This build's compiles, from ninja_order's list (read again when CMake regenerates it)."""
-        if self.edges is None:
-            return
-        try:
-            mtime = self.edges.stat().st_mtime_ns
-            if mtime == self._edges_mtime:
-                return
-            sources = json.loads(self.edges.read_text())["sources"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        self._edges_mtime = mtime
-        self._use(list(dict.fromkeys(sources)))
-        self.done &= set(self.work)
+        if (sources := self._edges.changed()) is not None:
+            self._use(list(dict.fromkeys(sources)))
+            self.done &= set(self.work)
 
     def _left(self) -> list[float]:
         return [w for s, w in self.work.items() if s not in self.done]
@@ -183,7 +173,7 @@ class EtaFromLines:
             self.work.update(dict.fromkeys(self.unknown, guess))
         left, prior = sum(self._left()), self._prior(elapsed)
         worked = sum(self.work[s] for s in self.done)
-        estimate = prior if self._left() or not self.work else 0.0  # every compile done: links and packing left
+        estimate = 0.0 if prior is None and self.work else prior  # every compile done: links and packing left
         if prior is not None and worked >= self.MIN_WORK_S and elapsed >= self.MIN_ELAPSED_S:
             share = worked / (worked + left)
             self.pace = elapsed * self.jobs / worked

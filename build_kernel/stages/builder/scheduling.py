@@ -69,6 +69,11 @@ def project_key(repo: str, subdir: str = "") -> str:
     return f"{key}/{sub}" if sub else key
 
 
+def edges_file(work: Path) -> Path:
+    """Where the ninja wrapper installed in `work/bin` lists the build's compiles (the governor and the ETA read it)."""
+    return work / "bin" / ninja_order.EDGES
+
+
 def plan_project(plan: Plan) -> str:
     return project_key(plan.recipe.source.repo, plan.recipe.source.subdir)
 
@@ -179,7 +184,7 @@ def choose(plan: Plan, ninja_version: str | None, work: Path, strip: Sequence[st
     ceiling = plan.resources.cpus if plan.jobs.source == "auto" else min(plan.resources.cpus, plan.jobs.jobs)
     gov = governor(work / "jobserver", budget=budget, predictions={t.source: t.peak_bytes for t in tus},
                    default=default_bytes(plan), max_jobs=ceiling, available=lambda: probe().memory_bytes,
-                   reserve=reserve, edges=work / "bin" / ninja_order.EDGES, strip=strip)
+                   reserve=reserve, edges=edges_file(work), strip=strip)
     known = sum(1 for t in tus if t.how.startswith("profile"))
     from_shipped = sum(1 for t in tus if t.how == "shipped profile")
     why = (f"governor: jobserver FIFO, a compile starts while free memory ({plan.resources.memory_why}) - "
@@ -233,4 +238,4 @@ def eta(plan: Plan, tus: list[planner.TU], jobs: int, work: Path) -> planner.Eta
         log.info(note)
         archs = planner.measured_for(plan.recipe.build.order_profile).get("archs", "")
         short = f"profile for {archs}" if archs and archs != plan.arch_list else "profile for another pin"
-    return planner.EtaFromLines(tus, jobs, note=short, edges=work / "bin" / ninja_order.EDGES)
+    return planner.EtaFromLines(tus, jobs, note=short, edges=edges_file(work))
