@@ -18,6 +18,9 @@ Nothing in it is typed by hand; what is projected rather than measured says so i
 - upstream's default four-arch build (80;90;100;120) vs 9.0 alone: the median over the measured
   TUs of (sum of the four archs' CPU) / (9.0's CPU).
 
+The tarballs come from bench/gpu_h200_flash_attn.sh (PART=host, PART=cgroup; the 2026-12-03 pair from its
+first form, two ad-hoc calls whose files it keeps the names of).
+
     python bench/h200_flash_attn.py bench/raw/h200-2026-12-03-fa/fa-h-raw.tar.gz \
         bench/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz --arch-cost bench/raw/local-2c-2026-12-03-fa/arch-cost.json
 """
