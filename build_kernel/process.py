@@ -1,5 +1,6 @@
 """The one way the tool runs programs: captured (`run`), streamed (`stream`), read line by line
-(`lines`), long-running (`spawn`), and `probe` for "what does this tool say, if it runs at all".
+(`lines`), long-running (`spawn`), asked one question after another (`converse`), and `probe` for
+"what does this tool say, if it runs at all".
 
 After scikit-build-core's `Run`/`FailedProcessError`: never a shell; a failure is the
 caller's domain error with the command, its return code and the tail of its output, and
@@ -10,8 +11,10 @@ lands in a file or a message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import selectors
 import shlex
 import shutil
 import signal
@@ -277,3 +280,83 @@ def spawn(cmd: Sequence[str | Path], *, error: type[BuildKernelError] = BuildKer
         fh.close()
         raise _not_found(error, what, argv[0], fix, cwd, exc) from None
     return Spawned(proc, argv, log, fh)
+
+
+class Conversation:
+    """A child kept running to answer one request line after another (a parser whose import is slow):
+    each answer is the first stdout line that starts with a mark; other lines (an import's chatter) are
+    passed over. stderr goes to a file, so a full pipe never stalls it, and its tail explains a crash."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], err: IO[bytes],
+                 error: type[BuildKernelError], what: str, fix: str | None) -> None:
+        self.proc, self.argv, self._err, self._error, self._what, self._fix = proc, argv, err, error, what, fix
+        self._pending = b""
+
+    def ask(self, request: str, *, mark: str, timeout: float) -> str | None:
+        """Send one line; the answer after `mark`, or None when the child ended without one."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(request.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            return None
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()  # raw reads: a buffered reader could hold the answer where select cannot see it
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                while b"\n" in self._pending:
+                    line, self._pending = self._pending.split(b"\n", 1)
+                    text = line.decode(errors="replace")
+                    if text.startswith(mark):
+                        return text[len(mark):]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.close()
+                    raise self._error(f"{self._what}: `{shlex.join(self.argv)[:200]}` gave no answer in {timeout:g} s",
+                                      hint=self._fix)
+                if sel.select(left):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        return None
+                    self._pending += chunk
+
+    def stderr_tail(self, lines: int = 1) -> list[str]:
+        self._err.flush()
+        self._err.seek(0)
+        return self._err.read().decode(errors="replace").strip().splitlines()[-lines:]
+
+    def close(self) -> int:
+        """End of questions: stdin closed, so the child ends by itself; killed if it does not within 5 s."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._err.close()
+        return code
+
+    def __enter__(self) -> Conversation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def converse(cmd: Sequence[str | Path], *, error: type[BuildKernelError] = BuildKernelError, what: str,
+             fix: str | None = None, env: Mapping[str, str] | None = None) -> Conversation:
+    """Start `cmd` to be asked questions on its stdin (`Conversation.ask`); close() ends it."""
+    argv = [str(c) for c in cmd]
+    err = tempfile.TemporaryFile()  # noqa: SIM115 (the Conversation owns it and closes it in close())
+    try:
+        proc = subprocess.Popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err)
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        err.close()
+        raise _not_found(error, what, argv[0], fix, None, exc) from None
+    return Conversation(proc, argv, err, error, what, fix)

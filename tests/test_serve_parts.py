@@ -268,3 +268,58 @@ def test_the_flags_cache_is_one_parse_for_any_port_and_model_folder(tmp_path: Pa
     assert parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "4").given("tp_size") == 4
     assert parse("--model-path", "/m/b", "--port", "31001", "--por", "31002").given("port") == 31002
     assert runs.read_text() == "parse\n" * 3
+
+
+def _fake_sglang(site: Path, runs: Path) -> None:
+    """An sglang whose server_args counts its imports in `runs`; `--die` ends the interpreter mid-parse."""
+    (site / "sglang" / "srt").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.0.1'\n")
+    (site / "sglang" / "srt" / "server_args.py").write_text(
+        "import argparse, os, sys\n"
+        f"with open({str(runs)!r}, 'a') as fh:\n    fh.write('import\\n')\n"
+        "print('chatter on stdout, as an import may print')\n"
+        "class Die(argparse.Action):\n    def __call__(self, *a, **k):\n"
+        "        sys.stderr.write('Segmentation fault in the parser\\n'); sys.stderr.flush(); os._exit(139)\n"
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
+        "        parser.add_argument('--model-path', type=str)\n"
+        "        parser.add_argument('--tp-size', type=int, default=1)\n"
+        "        parser.add_argument('--die', nargs=0, action=Die)\n")
+
+
+def test_one_serve_run_imports_sglang_once_for_all_its_parses(tmp_path: Path) -> None:
+    """A checkpoint's advice makes serve parse twice: one child answers both (sglang's import costs ~8 s)."""
+    from build_kernel.stages.serve import flags
+
+    site, runs = tmp_path / "site", tmp_path / "runs"
+    _fake_sglang(site, runs)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    with flags.Parser(sys.executable, env, cache_dir=tmp_path / "cache", sglang_root=site / "sglang") as parser:
+        first = parser.parse(["--model-path", "/m", "--tp-size", "2"])
+        second = parser.parse(["--model-path", "/m", "--tp-size", "4"])
+        with pytest.raises(ServeError) as misspelt:
+            parser.parse(["--tp-sise", "2"])
+        assert (misspelt.value.message, misspelt.value.hint) == ("sglang 0.0.1 has no flag --tp-sise",
+                                                                 "did you mean --tp-size?")
+    assert (first.given("tp_size"), second.given("tp_size")) == (2, 4)
+    assert runs.read_text() == "import\n"  # one import for the three parses
+    # Without a session each parse is its own child: the cache aside, another import.
+    flags.parse(sys.executable, ["--tp-size", "8"], env)
+    assert runs.read_text() == "import\n" * 2
+
+
+def test_a_parser_that_dies_mid_parse_is_one_line_with_its_last_words(tmp_path: Path) -> None:
+    from build_kernel.stages.serve import flags
+
+    site, runs = tmp_path / "site", tmp_path / "runs"
+    _fake_sglang(site, runs)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    with flags.Parser(sys.executable, env, cache_dir=tmp_path / "cache", sglang_root=site / "sglang") as parser:
+        assert parser.parse(["--tp-size", "2"]).given("tp_size") == 2
+        with pytest.raises(ServeError) as err:
+            parser.parse(["--die"])
+        assert err.value.message == f"sglang's parser crashed in {sys.executable}: Segmentation fault in the parser"
+        assert "serve --install" in (err.value.hint or "")
+        # The next parse starts a new child (the dead one is not asked again).
+        assert parser.parse(["--tp-size", "3"]).given("tp_size") == 3
+    assert runs.read_text() == "import\n" * 2
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 2  # the two parses that answered; a crash is not kept

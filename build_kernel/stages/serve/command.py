@@ -88,19 +88,19 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
                           f"{', ...' if len(gaps) > 4 else ''}; pair the kernel with the sglang of its own commit"],
                          force, cmd.forced)
     args = ["--model-path", cmd.model, "--host", serve.host, "--port", str(serve.port), *serve.args]
-    cache = plan.cache_dir / "serve" / "flags"
-    parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
-    cmd.sglang = parsed.sglang
-    if Path(cmd.model).is_dir():
-        advice = checkpoint.advise(checkpoint.read(Path(cmd.model)), parsed.given("quantization"),
-                                   parsed.given("kv_cache_dtype"))
-        _refuse_or_force(advice.conflicts, force, cmd.forced)
-        if advice.add:
-            args += advice.add
-            cmd.added, cmd.notes = advice.add, [*cmd.notes, *advice.reasons]
-            parsed = flags.parse(python, args, env, cache_dir=cache, sglang_root=root)
-    else:
-        cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
+    with flags.Parser(python, env, cache_dir=plan.cache_dir / "serve" / "flags", sglang_root=root) as parser:
+        parsed = parser.parse(args)
+        cmd.sglang = parsed.sglang
+        if Path(cmd.model).is_dir():
+            advice = checkpoint.advise(checkpoint.read(Path(cmd.model)), parsed.given("quantization"),
+                                       parsed.given("kv_cache_dtype"))
+            _refuse_or_force(advice.conflicts, force, cmd.forced)
+            if advice.add:
+                args += advice.add
+                cmd.added, cmd.notes = advice.add, [*cmd.notes, *advice.reasons]
+                parsed = parser.parse(args)
+        else:
+            cmd.notes.append(f"{cmd.model} is not a local folder: its quantization and KV-cache scales were not checked")
     wheel_based = backends.wheel_refusals(parsed, plan.archs, wheel, module, lambda so: _list_archs(so, env))
     _refuse_or_force([r.line() for r in [*backends.refusals(parsed, plan.archs), *wheel_based]], force, cmd.forced)
     if parsed.given("speculative_algorithm") == "NEXTN":

@@ -6,7 +6,8 @@ misspelt flag is one line with the closest real ones; a bad choice is argparse's
 line with the valid choices. The outcome is cached by interpreter, sglang's parser file
 and the flags, since importing `server_args` takes 10-20 s; the port and the model folder
 serve puts on every command line are left out of the key (another port is no other parse)
-and put back into the namespace the cache holds.
+and put back into the namespace the cache holds. What the cache lacks, one child per serve
+run parses (`Parser`), importing sglang once for all of that run's parses.
 """
 
 from __future__ import annotations
@@ -22,42 +23,48 @@ from build_kernel import atomic, process
 from build_kernel.errors import ServeError
 
 _MARK = "@@FLAGS@@"
+# One child per serve run answers every parse (one JSON argv a line on stdin, one marked line back): sglang's
+# import is paid once however many parses the run makes (a checkpoint's advice means a second one).
 _SCRIPT = r"""
 import argparse, difflib, json, os, sys
-argv = json.loads(sys.argv[1])
-out = {"error": None, "unknown": {}, "namespace": {}, "abbreviations": {}}
+failed = None
 try:
     import sglang
     from sglang.srt.server_args import ServerArgs
 except Exception as exc:
-    out["error"] = f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}"
-    print("@@FLAGS@@" + json.dumps(out)); sys.exit(0)
-out["sglang"] = getattr(sglang, "__version__", "")
+    failed = f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}"
 class Refused(Exception):
     pass
 def refuse(message):
     raise Refused(message)
-parser = argparse.ArgumentParser(prog="sglang.launch_server")
-ServerArgs.add_cli_args(parser)
-parser.error = refuse
-options = sorted(parser._option_string_actions)
-try:
-    ns, unknown = parser.parse_known_args(argv)
-    for arg in unknown:
-        if arg.startswith("-"):
+for request in sys.stdin:
+    argv = json.loads(request)
+    out = {"error": failed, "unknown": {}, "namespace": {}, "abbreviations": {}}
+    if failed:
+        print("@@FLAGS@@" + json.dumps(out), flush=True)
+        continue
+    out["sglang"] = getattr(sglang, "__version__", "")
+    parser = argparse.ArgumentParser(prog="sglang.launch_server")
+    ServerArgs.add_cli_args(parser)
+    parser.error = refuse
+    options = sorted(parser._option_string_actions)
+    try:
+        ns, unknown = parser.parse_known_args(argv)
+        for arg in unknown:
+            if arg.startswith("-"):
+                flag = arg.split("=", 1)[0]
+                out["unknown"][flag] = difflib.get_close_matches(flag, options, n=3, cutoff=0.6)
+        out["namespace"] = {k: v if isinstance(v, (str, int, float, bool, list, type(None))) else str(v)
+                            for k, v in vars(ns).items()}
+        for arg in argv:
             flag = arg.split("=", 1)[0]
-            out["unknown"][flag] = difflib.get_close_matches(flag, options, n=3, cutoff=0.6)
-    out["namespace"] = {k: v if isinstance(v, (str, int, float, bool, list, type(None))) else str(v)
-                        for k, v in vars(ns).items()}
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag.startswith("--") and flag not in parser._option_string_actions:
-            full = [o for o in options if o.startswith(flag)]
-            if len(full) == 1:
-                out["abbreviations"][flag] = full[0]
-except (Refused, argparse.ArgumentError) as exc:
-    out["error"] = str(exc)
-print("@@FLAGS@@" + json.dumps(out))
+            if flag.startswith("--") and flag not in parser._option_string_actions:
+                full = [o for o in options if o.startswith(flag)]
+                if len(full) == 1:
+                    out["abbreviations"][flag] = full[0]
+    except (Refused, argparse.ArgumentError) as exc:
+        out["error"] = str(exc)
+    print("@@FLAGS@@" + json.dumps(out), flush=True)
 """
 
 
@@ -120,32 +127,63 @@ def _cache_key(python: str, argv: Sequence[str], sglang_root: Path) -> str | Non
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _run(python: str, argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
-    proc = process.run([python, "-c", _SCRIPT, json.dumps(list(argv))], error=ServeError, env=env, check=False,
-                       what="parsing the serve flags with sglang's argparse", timeout=600)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)), None)
-    if line is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise ServeError(f"sglang's parser crashed in {python}: {tail[0]}",
-                         hint="run `build-kernel serve --install --recipe R` to repair the serve environment")
-    data: dict[str, Any] = json.loads(line[len(_MARK):])
-    return data
+class Parser:
+    """sglang's parser for one serve run: the cache first, else one child that stays loaded between parses."""
+
+    def __init__(self, python: str, env: Mapping[str, str], *, cache_dir: Path | None = None,
+                 sglang_root: Path | None = None) -> None:
+        self.python, self.env, self.cache_dir, self.sglang_root = python, env, cache_dir, sglang_root
+        self._child: process.Conversation | None = None
+
+    def _ask(self, argv: Sequence[str]) -> dict[str, Any]:
+        if self._child is None:
+            self._child = process.converse([self.python, "-c", _SCRIPT], error=ServeError, env=self.env,
+                                           what="parsing the serve flags with sglang's argparse")
+        answer = self._child.ask(json.dumps(list(argv)), mark=_MARK, timeout=600)
+        if answer is None:
+            tail = self._child.stderr_tail() or ["(no output)"]
+            self.close()
+            raise ServeError(f"sglang's parser crashed in {self.python}: {tail[0]}",
+                             hint="run `build-kernel serve --install --recipe R` to repair the serve environment")
+        data: dict[str, Any] = json.loads(answer)
+        return data
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+    def __enter__(self) -> Parser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def parse(self, argv: Sequence[str]) -> Parsed:
+        """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag.
+
+        Cached in `cache_dir` when `sglang_root` (the installed package's folder) says which parser it is."""
+        shape, values = _shape(argv)
+        key = _cache_key(self.python, shape, self.sglang_root) if self.cache_dir and self.sglang_root else None
+        cached = self.cache_dir / f"{key}.json" if self.cache_dir and key else None
+        data = _put_back(json.loads(cached.read_text()), values) if cached is not None and cached.is_file() else None
+        if data is None:
+            data = self._ask(argv)
+            # Kept only where the values are in their dests as given (then another port's parse is this one's).
+            if cached is not None and not data["error"] and not data["unknown"] and _put_back(data, values) == data:
+                atomic.write_text(cached, json.dumps(data))
+        return _outcome(self.python, data)
 
 
 def parse(python: str, argv: Sequence[str], env: Mapping[str, str], *, cache_dir: Path | None = None,
           sglang_root: Path | None = None) -> Parsed:
-    """Parse `argv` (as `launch_server` would get it) or raise one line naming the bad flag.
+    """One parse (`Parser.parse`), its child ended after it."""
+    with Parser(python, env, cache_dir=cache_dir, sglang_root=sglang_root) as parser:
+        return parser.parse(argv)
 
-    Cached in `cache_dir` when `sglang_root` (the installed package's folder) says which parser it is."""
-    shape, values = _shape(argv)
-    key = _cache_key(python, shape, sglang_root) if cache_dir and sglang_root else None
-    cached = cache_dir / f"{key}.json" if cache_dir and key else None
-    data = _put_back(json.loads(cached.read_text()), values) if cached is not None and cached.is_file() else None
-    if data is None:
-        data = _run(python, argv, env)
-        # Kept only where the values are in their dests as given (then another port's parse is this one's).
-        if cached is not None and not data["error"] and not data["unknown"] and _put_back(data, values) == data:
-            atomic.write_text(cached, json.dumps(data))
+
+def _outcome(python: str, data: dict[str, Any]) -> Parsed:
+    """sglang's answer as the namespace, or one line naming what it refused."""
     if data["error"] and data["error"].startswith("cannot import"):
         raise ServeError(f"{python}: {data['error']}",
                          hint="run `build-kernel serve --install --recipe R` (add --flags-only on a machine without a GPU)")
