@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import zipfile
 from collections.abc import Callable
@@ -22,6 +23,14 @@ from tests.xdist_groups import (  # noqa: F401
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The suite starts thousands of Python children (the CLI, pip, sglang's flag parser, import checks). Where the
+# environment says PYTHONDONTWRITEBYTECODE=1 (this project's machines do), each of them compiled every module
+# it imported from source: sglang's server_args alone is ~3 s more CPU a parse. Bytecode is written, under one
+# folder of its own, so no test folder (nor the tree) gets a __pycache__ a test did not make. Set before the
+# xdist workers start, so they and every child inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / f"build-kernel-tests-pycache-{os.getuid()}"))
 IDENTITY = {
     "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
     "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.invalid",
