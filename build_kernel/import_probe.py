@@ -100,13 +100,16 @@ def run(python: str, modules: Sequence[str], *, path: Sequence[Path], base_env: 
     """Run the probe; a missing interpreter or a timeout raises `error`, a crash is in `crashed`."""
     spec = {"modules": list(modules), "namespace": namespace, "ops": list(ops) if namespace else [],
             "gpu_check": gpu_check, "archs": list(archs)}
-    proc = process.run([python, "-c", _SCRIPT, json.dumps(spec)], error=error, what=what, cwd=cwd,
+    # A module that blocks at import (a lock, a network call, a wait for a GPU) is found by importing it alone.
+    hang_fix = (f"run `{python} -c 'import faulthandler; faulthandler.dump_traceback_later(30, exit=True); "
+                f"import {modules[0]}'`: it prints where the import blocks") if modules else None
+    proc = process.run([python, "-c", _SCRIPT, json.dumps(spec)], error=error, what=what, fix=hang_fix, cwd=cwd,
                        env=clean_env(base_env, path, ld_library_path), log=log, timeout=timeout, check=False,
                        secrets=secrets)
     output = proc.stdout + proc.stderr
     marker = next((line for line in proc.stdout.splitlines() if line.startswith(_MARK)), None)
     if marker is None:
-        tail = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "(no output)")
-        return Probe(crashed=tail, output=output)
+        tail = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
+        return Probe(crashed=f"{process.exit_cause(proc.returncode)} ({tail})", output=output)
     data = json.loads(marker[len(_MARK):])
     return Probe(data["imports"], data["ops_found"], data["ops_missing"], data["gpu"], None, output)

@@ -57,10 +57,23 @@ def _tail(output: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+def shown(argv: Sequence[str]) -> str:
+    """`argv` for a one-line message: an argument of several lines (a `python -c` script) as its line count."""
+    return shlex.join(a if "\n" not in a else f"<{a.count(chr(10)) + 1}-line script>" for a in argv)
+
+
+def exit_cause(code: int) -> str:
+    """`exited 3`, or `killed by SIGSEGV` for a negative return code."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exited {code}"
+
+
 def _failure(error: type[BuildKernelError], what: str, argv: Sequence[str], code: int, output: str,
              log: Path | None, fix: str | None, secrets: Sequence[str]) -> BuildKernelError:
     where = f"; full log: {log}" if log else ""
-    message = f"{what}: `{shlex.join(argv)}` exited {code}: {_tail(output)}{where}"
+    message = f"{what}: `{shown(argv)}` {exit_cause(code)}: {_tail(output)}{where}"
     return error(redact(message, secrets), hint=redact(fix, secrets) if fix else None)
 
 
@@ -98,8 +111,13 @@ def run(
         )
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise _not_found(error, what, argv[0], fix, cwd, exc) from None
-    except subprocess.TimeoutExpired:
-        raise error(redact(f"{what}: `{shlex.join(argv)}` did not finish in {timeout:g} s", secrets), hint=fix) from None
+    except subprocess.TimeoutExpired as exc:
+        if log is not None:  # what it printed before it was stopped: where it hangs
+            partial = b"".join(x if isinstance(x, bytes) else x.encode() for x in (exc.stdout, exc.stderr) if x)
+            log_command(log, argv, partial.decode(errors="replace"), -9, secrets)
+        where = f"; its output so far: {log}" if log else ""
+        raise error(redact(f"{what}: `{shown(argv)}` did not finish in {timeout:g} s{where}", secrets),
+                    hint=redact(fix, secrets) if fix else None) from None
     if log is not None:
         log_command(log, argv, proc.stdout + proc.stderr, proc.returncode, secrets)
     if check and proc.returncode != 0:

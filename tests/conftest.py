@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,10 @@ def copy_series(root: Path, names: list[str], version: str, edit: Callable[[str,
     (target / "info.toml").write_text((source / "info.toml").read_text())
     write_lock(target)
     return target
+
+
+# The miniature's commit recipes/demo.toml pins (examples/minikernel, committed deterministically).
+DEMO_COMMIT = re.findall(r'^commit = "([0-9a-f]{40})"', (REPO_ROOT / "recipes" / "demo.toml").read_text(), re.M)[0]
 
 
 def demo_recipe_text(version: str = "v1", extra_build: str = "") -> str:

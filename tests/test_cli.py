@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from build_kernel.cli import cli
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import DEMO_COMMIT, REPO_ROOT, run_cli
 
 SHARED = ("--recipe", "--arch", "--jobs", "--cache-dir", "--output-dir", "--json", "--debug")
 # README's placeholders, as a user would fill them in here.
-FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": "11fb04d8617e57d7c4d576246c47902f30d4cc7c",
+FILL = {"R": "demo", "NAME": "demo", "L": "12.0a", "N": "2", "SHA": DEMO_COMMIT,
         "REF": "main", "FILE": "/tmp/bk-readme-health.json", "NAME|URL|DIR": "/tmp/bk-readme-index",
         "NAME|URL|PATH": "/tmp/bk-readme-index", "DIR": "patches/minikernel/v1", "DEST": "/tmp/bk-readme-wt",
         "PATH": sys.executable}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import DEMO_COMMIT, REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 
@@ -32,7 +32,7 @@ def test_patch_check_shows_every_state(project: Path, tmp_path: Path) -> None:
 
     copy_series(project, PATCHES, "v1")
     write_recipe(project, "r", demo_recipe_text().replace('repo = "example:minikernel"', f'repo = "{upstream}"')
-                 .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{base}"'))
+                 .replace(f'commit = "{DEMO_COMMIT}"', f'commit = "{base}"'))
 
     def states(commit: str) -> dict[str, dict[str, object]]:
         proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "patch", "check",

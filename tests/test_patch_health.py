@@ -10,7 +10,7 @@ from typing import Any
 import git
 import pytest
 
-from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import DEMO_COMMIT, REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 FIRST, REST = PATCHES[0], PATCHES[1:]
@@ -73,7 +73,7 @@ def recipe(project: Path, upstream: Upstream) -> Path:
     copy_series(project, PATCHES, "v1")
     return write_recipe(project, "r", demo_recipe_text()
                         .replace('repo = "example:minikernel"', f'repo = "{upstream.url}"')
-                        .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"',
+                        .replace(f'commit = "{DEMO_COMMIT}"',
                                  f'commit = "{upstream.shas["0.1.0"]}"')
                         .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
 
@@ -303,7 +303,7 @@ def test_post_releases_are_version_changes(tmp_path: Path, project: Path) -> Non
     copy_series(project, PATCHES, "v1")
     recipe = write_recipe(project, "r", demo_recipe_text()
                           .replace('repo = "example:minikernel"', f'repo = "file://{path}"')
-                          .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{shas["0.1.0"]}"')
+                          .replace(f'commit = "{DEMO_COMMIT}"', f'commit = "{shas["0.1.0"]}"')
                           .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
     rows = health(tmp_path / "cache", recipe)
     assert [(r["version"], r["commit"]) for r in rows] == [(v, shas[v]) for v in shas]

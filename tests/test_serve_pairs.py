@@ -22,7 +22,7 @@ import pytest
 from build_kernel import plan as planmod
 from build_kernel import recipe
 from build_kernel.stages.serve import api, environment, install, sglang_dist
-from tests.conftest import REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import DEMO_COMMIT, REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 KERNEL_PYPROJECT = """\
 [build-system]
@@ -103,7 +103,7 @@ def source_recipe(project: Path, up: Upstream, commit: str, *, serve: str = 'sgl
     if not (project / "patches" / "minikernel" / "v1").is_dir():
         copy_series(project, ["0001-cmake-guard-policies.patch"], "v1")
     text = demo_recipe_text("v1").replace('repo = "example:minikernel"', f'repo = "{up.url}"')
-    text = text.replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{commit}"')
+    text = text.replace(f'commit = "{DEMO_COMMIT}"', f'commit = "{commit}"')
     text = text.replace("[toolchain]\n", f"[toolchain]\n{toolchain}", 1)
     return write_recipe(project, "pair", text + f'\n[serve]\nmodel = "m"\n{serve}')
 

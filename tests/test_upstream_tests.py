@@ -20,7 +20,16 @@ import pytest
 from build_kernel.archs import parse_arch
 from build_kernel.recipe.model import Expectation
 from build_kernel.stages.upstream_tests import runner, runs_on, verdict
-from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import (
+    DEMO_COMMIT,
+    REPO_ROOT,
+    DemoBuild,
+    commit_files,
+    copy_series,
+    demo_recipe_text,
+    run_cli,
+    write_recipe,
+)
 
 # Upstream-style test files, one per outcome the runner tells apart.
 FILES = {
@@ -147,7 +156,7 @@ def test_new_failures_crashes_hangs_and_missing_dependencies_are_red(demo_build:
     info.write_text(info.read_text().replace("applies_to_commits = [", f'applies_to_commits = ["{commit}", ', 1))
     recipe = write_recipe(project, "r", demo_recipe_text().replace('repo = "example:minikernel"',
                                                                   f'repo = "{tmp_path / "upstream"}"')
-                          .replace('commit = "11fb04d8617e57d7c4d576246c47902f30d4cc7c"', f'commit = "{commit}"'))
+                          .replace(f'commit = "{DEMO_COMMIT}"', f'commit = "{commit}"'))
     wheel = tmp_path / demo_build.wheel.name
     wheel.write_bytes(demo_build.wheel.read_bytes())
     done = run_cli("--cache-dir", str(demo_build.cache), "--json", "test", str(wheel), "--recipe", str(recipe),
