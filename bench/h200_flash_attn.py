@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sqlite3
 import statistics
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from h200_arch_pruning import ROOT, compiles  # the profile database's rows, one reader for every bench script
+
 UPSTREAM_GB_PER_JOB = 9  # setup.py: "each JOB peak memory cost is ~8-9GB when threads = 4"
 UPSTREAM_NVCC_THREADS = 4
 
@@ -56,17 +55,6 @@ def meminfo_gb(host: str, key: str) -> float:
 
 def upstream_jobs(cpus: int, available_gib: float) -> int:
     return max(1, min(cpus // 2, int(available_gib / UPSTREAM_GB_PER_JOB)))
-
-
-def compiles(db: bytes) -> list[dict[str, Any]]:
-    with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
-        f.write(db)
-        f.flush()
-        conn = sqlite3.connect(f.name)
-        conn.row_factory = sqlite3.Row
-        rows = [dict(r) for r in conn.execute("SELECT source, wall_s, cpu_s, tree_peak_mb, oom_kill FROM compiles")]
-        conn.close()
-    return rows
 
 
 def run_figures(raw: Path) -> dict[str, Any]:
