@@ -331,7 +331,7 @@ class Conversation:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.close()
-                    raise self._error(f"{self._what}: `{shlex.join(self.argv)[:200]}` gave no answer in {timeout:g} s",
+                    raise self._error(f"{self._what}: `{shown(self.argv)}` gave no answer in {timeout:g} s",
                                       hint=self._fix)
                 if sel.select(left):
                     chunk = os.read(fd, 65536)

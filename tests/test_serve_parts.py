@@ -237,41 +237,11 @@ def test_the_units_user_must_be_able_to_write_the_jit_cache(tmp_path: Path) -> N
         shutil.rmtree(base)
 
 
-def test_the_flags_cache_is_one_parse_for_any_port_and_model_folder(tmp_path: Path) -> None:
-    """serve writes a port and the model's folder on every command line: another of either is the same parse
-    (sglang's import costs ~8 s a time), its values put back; any other change of the flags is parsed again."""
-    from build_kernel.stages.serve import flags
-
+@pytest.fixture
+def fake_sglang(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A site folder with an sglang whose server_args counts its imports in `runs` (a line each), and the
+    environment that finds it; `--die` ends the interpreter mid-parse."""
     site, runs = tmp_path / "site", tmp_path / "runs"
-    (site / "sglang" / "srt").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("__version__ = '0.0.1'\n")
-    (site / "sglang" / "srt" / "server_args.py").write_text(
-        "import os\n"
-        f"with open({str(runs)!r}, 'a') as fh:\n    fh.write('parse\\n')\n"
-        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
-        "        parser.add_argument('--model-path', type=str)\n        parser.add_argument('--host', type=str)\n"
-        "        parser.add_argument('--port', type=int, default=30000)\n"
-        "        parser.add_argument('--tp-size', type=int, default=1)\n")
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    cache = tmp_path / "cache"
-
-    def parse(*argv: str) -> flags.Parsed:
-        return flags.parse(sys.executable, list(argv), env, cache_dir=cache, sglang_root=site / "sglang")
-
-    first = parse("--model-path", "/m/a", "--host", "127.0.0.1", "--port", "31000", "--tp", "2")
-    again = parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "2")
-    assert runs.read_text() == "parse\n"  # one import of server_args for both
-    assert (first.given("port"), first.given("model_path"), first.given("tp_size")) == (31000, "/m/a", 2)
-    assert (again.given("port"), again.given("model_path"), again.given("tp_size")) == (31001, "/m/b", 2)
-    assert again.abbreviations == first.abbreviations == {"--tp": "--tp-size"}
-    # Another flag value, or a second word argparse could take for the port: parsed again, last one wins.
-    assert parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "4").given("tp_size") == 4
-    assert parse("--model-path", "/m/b", "--port", "31001", "--por", "31002").given("port") == 31002
-    assert runs.read_text() == "parse\n" * 3
-
-
-def _fake_sglang(site: Path, runs: Path) -> None:
-    """An sglang whose server_args counts its imports in `runs`; `--die` ends the interpreter mid-parse."""
     (site / "sglang" / "srt").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("__version__ = '0.0.1'\n")
     (site / "sglang" / "srt" / "server_args.py").write_text(
@@ -281,18 +251,43 @@ def _fake_sglang(site: Path, runs: Path) -> None:
         "class Die(argparse.Action):\n    def __call__(self, *a, **k):\n"
         "        sys.stderr.write('Segmentation fault in the parser\\n'); sys.stderr.flush(); os._exit(139)\n"
         "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
-        "        parser.add_argument('--model-path', type=str)\n"
+        "        parser.add_argument('--model-path', type=str)\n        parser.add_argument('--host', type=str)\n"
+        "        parser.add_argument('--port', type=int, default=30000)\n"
         "        parser.add_argument('--tp-size', type=int, default=1)\n"
         "        parser.add_argument('--die', nargs=0, action=Die)\n")
+    return site, runs, {**os.environ, "PYTHONPATH": str(site)}
 
 
-def test_one_serve_run_imports_sglang_once_for_all_its_parses(tmp_path: Path) -> None:
+def test_the_flags_cache_is_one_parse_for_any_port_and_model_folder(
+        tmp_path: Path, fake_sglang: tuple[Path, Path, dict[str, str]]) -> None:
+    """serve writes a port and the model's folder on every command line: another of either is the same parse
+    (sglang's import costs ~8 s a time), its values put back; any other change of the flags is parsed again."""
+    from build_kernel.stages.serve import flags
+
+    site, runs, env = fake_sglang
+    cache = tmp_path / "cache"
+
+    def parse(*argv: str) -> flags.Parsed:
+        return flags.parse(sys.executable, list(argv), env, cache_dir=cache, sglang_root=site / "sglang")
+
+    first = parse("--model-path", "/m/a", "--host", "127.0.0.1", "--port", "31000", "--tp", "2")
+    again = parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "2")
+    assert runs.read_text() == "import\n"  # one import of server_args for both
+    assert (first.given("port"), first.given("model_path"), first.given("tp_size")) == (31000, "/m/a", 2)
+    assert (again.given("port"), again.given("model_path"), again.given("tp_size")) == (31001, "/m/b", 2)
+    assert again.abbreviations == first.abbreviations == {"--tp": "--tp-size"}
+    # Another flag value, or a second word argparse could take for the port: parsed again, last one wins.
+    assert parse("--model-path", "/m/b", "--host", "127.0.0.1", "--port", "31001", "--tp", "4").given("tp_size") == 4
+    assert parse("--model-path", "/m/b", "--port", "31001", "--por", "31002").given("port") == 31002
+    assert runs.read_text() == "import\n" * 3
+
+
+def test_one_serve_run_imports_sglang_once_for_all_its_parses(
+        tmp_path: Path, fake_sglang: tuple[Path, Path, dict[str, str]]) -> None:
     """A checkpoint's advice makes serve parse twice: one child answers both (sglang's import costs ~8 s)."""
     from build_kernel.stages.serve import flags
 
-    site, runs = tmp_path / "site", tmp_path / "runs"
-    _fake_sglang(site, runs)
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    site, runs, env = fake_sglang
     with flags.Parser(sys.executable, env, cache_dir=tmp_path / "cache", sglang_root=site / "sglang") as parser:
         first = parser.parse(["--model-path", "/m", "--tp-size", "2"])
         second = parser.parse(["--model-path", "/m", "--tp-size", "4"])
@@ -307,12 +302,11 @@ def test_one_serve_run_imports_sglang_once_for_all_its_parses(tmp_path: Path) ->
     assert runs.read_text() == "import\n" * 2
 
 
-def test_a_parser_that_dies_mid_parse_is_one_line_with_its_last_words(tmp_path: Path) -> None:
+def test_a_parser_that_dies_mid_parse_is_one_line_with_its_last_words(
+        tmp_path: Path, fake_sglang: tuple[Path, Path, dict[str, str]]) -> None:
     from build_kernel.stages.serve import flags
 
-    site, runs = tmp_path / "site", tmp_path / "runs"
-    _fake_sglang(site, runs)
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    site, runs, env = fake_sglang
     with flags.Parser(sys.executable, env, cache_dir=tmp_path / "cache", sglang_root=site / "sglang") as parser:
         assert parser.parse(["--tp-size", "2"]).given("tp_size") == 2
         with pytest.raises(ServeError) as err:
