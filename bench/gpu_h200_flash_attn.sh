@@ -12,8 +12,8 @@
 # again, so a machine taken back mid-run still leaves what was done in the tarball of the last collect.
 # bench/h200_flash_attn.py turns the tarballs into bench/results/h200-flash-attn.json.
 #
-# Environment: RECIPE (an overlay of recipes/flash-attn-2.8.3.toml for the host: torch "existing", cuda
-# "system", arch 9.0, [test] resolve = false), MIRRORS (bare mirrors of flash-attention and cutlass, copied into
+# Environment: RECIPE (an overlay of recipes/flash-attn-2.8.3.toml for the host: [toolchain] torch = "existing",
+# cuda = "13.0", cuda_source = "system"; [build] arch = ["9.0"]; [test] resolve = false), MIRRORS (bare mirrors of flash-attention and cutlass, copied into
 # the cache as <cache>/mirrors), WHEELHOUSE (the tool's own dependencies and einops, offline), BUDGET_S (cgroup
 # part: 900), CGROUP_GIB (32), OUT (/tmp/fa-out). The tool runs from this checkout (PYTHONPATH), the wheelhouse's
 # packages installed into a --target folder.

@@ -1,33 +1,42 @@
-"""flash-attn 2.8.3 built by the tool for 9.0 on the H200 host: issue 40 item 4, as far as the device allowed.
+"""flash-attn 2.8.3 built by the tool for 9.0 on the H200 host, verified and tested there: issue 40 item 4.
 
-Reads the raw outputs of the two device calls (bench/raw/h200-2026-12-03-fa: `fa-h-raw.tar.gz`, the
-build on the host's 16 cores, collected at 532 s when the machine was taken back mid-build;
-`fa-c-raw.tar.gz`, the same build on a fresh machine in a 32 GiB memory cgroup, cut by `timeout`
-when the session's device time ran out) and the per-arch compile cost of two flash-attn TUs
-measured on the local 2-core machine (bench/flash_attn_arch_cost.py), and writes one JSON file.
-Nothing in it is typed by hand; what is projected rather than measured says so in its key.
+Reads the raw outputs of two device calls and writes one JSON file:
+- `bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz` (bench/gpu_h200_flash_attn.sh PART=host): the build on the
+  host's 16 cores, whole, then `verify` and flash-attn's own tests (the recipe's [test] subset) on the GPU;
+- `bench/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz` (that script's first form, PART=cgroup): the same build in a
+  32 GiB memory cgroup, cut by `timeout` when the session's device time ran out (at 5 jobs the build is
+  longer than the 28 minutes a machine is held: it cannot finish there);
+and the per-arch compile cost of two flash-attn TUs measured on the local 2-core machine
+(bench/flash_attn_arch_cost.py). Nothing in it is typed by hand; what is projected rather than measured
+says so in its key.
 
 - jobs: the tool's own choice and the rule it printed (`jobs = clamp(...)`);
 - progress: every `[done/total] s` line the build printed;
 - peak GB: the largest `total - available` in the 0.5 s memory sample, less the first sample; in
   the cgroup also the kernel's `memory.peak` and `memory.events` (oom_kill);
-- per compile (cgroup run): the profile recorder's wall, CPU and peak of the nvcc tree;
+- per compile: the profile recorder's wall, CPU and peak of the nvcc tree (nvcc compiles: the one
+  host-only .cpp, flash_api, is not recorded; it is an edge of the ninja log);
+- a whole build: ninja's span (first start to last end of .ninja_log), the compiler CPU s, the lower
+  bound max(CPU s / cores, longest compile) and the span's ratio to it;
+- replays (list scheduling of the measured edge times on the build's job slots, a projection): in the
+  order the edges really started (it must give back the measured span: the model's check) and longest
+  first, the order a build with the recorded or the shipped profile (recipes/flash-attn-2.8.3.profile.csv,
+  written from this run by bench/order_profile.py) starts them in; and the cgroup's whole build at its
+  job count, from the host's edge times (an upper estimate: 5 jobs contend less than 16);
 - upstream's own rule (setup.py: MAX_JOBS = max(1, min(os.cpu_count() // 2, psutil available GB / 9)),
   NVCC_THREADS 4): psutil reads /proc/meminfo, which a cgroup does not change, so in the cgroup
   it picks what it picks on the bare host;
 - upstream's default four-arch build (80;90;100;120) vs 9.0 alone: the median over the measured
-  TUs of (sum of the four archs' CPU) / (9.0's CPU).
+  TUs of (sum of the four archs' CPU) / (9.0's CPU), and that factor times the build's compiler CPU s.
 
-The tarballs come from bench/gpu_h200_flash_attn.sh (PART=host, PART=cgroup; the 2026-12-03 pair from its
-first form, two ad-hoc calls whose files it keeps the names of).
-
-    python bench/h200_flash_attn.py bench/raw/h200-2026-12-03-fa/fa-h-raw.tar.gz \
+    python bench/h200_flash_attn.py bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz \
         bench/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz --arch-cost bench/raw/local-2c-2026-12-03-fa/arch-cost.json
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import re
 import statistics
@@ -35,7 +44,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from h200_arch_pruning import ROOT, compiles  # the profile database's rows, one reader for every bench script
+# The profile database's rows and the ninja log's edges, one reader for every bench script.
+from h200_arch_pruning import ROOT, compiles, max_overlap, ninja_edges
 
 UPSTREAM_GB_PER_JOB = 9  # setup.py: "each JOB peak memory cost is ~8-9GB when threads = 4"
 UPSTREAM_NVCC_THREADS = 4
@@ -57,6 +67,37 @@ def upstream_jobs(cpus: int, available_gib: float) -> int:
     return max(1, min(cpus // 2, int(available_gib / UPSTREAM_GB_PER_JOB)))
 
 
+def replay(durations: list[float], slots: int) -> float:
+    """The span of `durations` started in their order on `slots` job slots, each as soon as one is free."""
+    free = [0.0] * slots
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + d)
+    return max(free)
+
+
+def whole_build(files: dict[str, bytes], cpus: int, jobs: int) -> dict[str, Any]:
+    """A finished build's span, CPU, lower bound and the replays of its edges (see the module's list)."""
+    edges = ninja_edges(files["ninja_log.txt"].decode())
+    rows = compiles(files["profile.sqlite"])
+    span = max(e[1] for e in edges) - min(e[0] for e in edges)
+    cpu = sum(r["cpu_s"] for r in rows)
+    longest = max(rows, key=lambda r: r["wall_s"])
+    bound = max(cpu / cpus, longest["wall_s"])
+    times = [e[1] - e[0] for e in edges]  # edges sorted by start: the order they really started in
+    first = sorted(times, reverse=True)
+    return {
+        "ninja_wall_s": round(span, 1), "edges": len(edges), "nvcc_compiles": len(rows),
+        "compiler_cpu_s": round(cpu, 1),
+        "longest_compile": {"source": longest["source"], "wall_s": round(longest["wall_s"], 1)},
+        "lower_bound_s": round(bound, 1), "ratio_to_lower_bound": round(span / bound, 3),
+        "most_compiles_at_once": max_overlap(edges),
+        "heaviest_peak_gb": round(max(r["tree_peak_mb"] for r in rows) / 1024, 2),
+        "replay": {"as_started_s": round(replay(times, jobs), 1),
+                   "longest_first_s": round(replay(first, jobs), 1),
+                   "longest_first_ratio_to_lower_bound": round(replay(first, jobs) / bound, 3)},
+    }
+
+
 def run_figures(raw: Path) -> dict[str, Any]:
     files = members(raw)
     err = files["build.err"].decode()
@@ -67,7 +108,7 @@ def run_figures(raw: Path) -> dict[str, Any]:
     samples = [line.split() for line in files["mem.txt"].decode().splitlines() if line.strip()]
     used = [int(s[1]) for s in samples]
     out: dict[str, Any] = {
-        "raw": str(raw.relative_to(ROOT)) if raw.is_relative_to(ROOT) else raw.name,
+        "raw": str(raw.resolve().relative_to(ROOT)) if raw.resolve().is_relative_to(ROOT) else raw.name,
         "cpus": int(re.findall(r"^(\d+)$", host, re.M)[0]),  # nproc's line (host.txt may hold set -x's too)
         "mem_total_gib": round(meminfo_gb(host, "MemTotal"), 1),
         "finished": "✓ build" in err,
@@ -84,6 +125,20 @@ def run_figures(raw: Path) -> dict[str, Any]:
         (d0, n, s0), (d1, _, s1) = progress[0], progress[-1]
         rate = (d1 - d0) / (s1 - s0) if s1 > s0 else None
         out["projected_wall_s"] = round(s1 + (n - d1) / rate) if rate else None
+    if out["finished"]:
+        out["build"] = whole_build(files, out["cpus"], out["jobs"])
+        step = re.search(r"✓ build .*? \(([\d.]+) s\)", err)
+        out["build"]["tool_build_step_s"] = float(step.group(1)) if step else None
+    if "verify.json" in files:
+        v = json.loads(files["verify.json"])
+        out["verify"] = {"wheel": v["wheel"], "passed": v["passed"], "asked": v["asked"],
+                         "libraries": {lib["path"]: lib["archs"] for lib in v["libraries"]},
+                         "imports": v["imports"], "ops_found": v["ops_found"], "failures": v["failures"]}
+    if "test.json" in files:
+        t = json.loads(files["test.json"])
+        out["test"] = {"files": t["files"], "pytest_args": t["pytest_args"], "gpu": t["gpu"]["name"],
+                       "seconds": t["seconds"], "passed": t["passed"],
+                       **{k: t["summary"][k] for k in ("passed_tests", "failed_tests", "skipped_tests")}}
     if "memory.peak" in files:
         events = dict(line.split() for line in files["memory.events"].decode().splitlines() if line.strip())
         limit = re.search(r"memory\.max: (\d+)", files["cgroup-before.txt"].decode())
@@ -129,11 +184,17 @@ def main() -> None:
     available = meminfo_gb(host_raw["host.txt"].decode(), "MemAvailable")
     cg_available = meminfo_gb(cg_raw["host.txt"].decode(), "MemAvailable")
     factor = arch_factor(args.arch_cost)
-    if host.get("projected_wall_s") and host["jobs"] and cg["jobs"] and "projected_wall_s" not in cg:
-        # Too few compiles finished in the cgroup to carry its own rate: the host run's, with its slots all busy
-        # (compile-bound), spread over the cgroup's jobs. A projection from a projection: a rough figure.
-        cg["projected_wall_s_from_host_rate"] = round(host["projected_wall_s"] * host["jobs"] / cg["jobs"])
-    heaviest = max((c for c in cg.get("compiles_done", [])), key=lambda c: c["peak_gb"], default=None)
+    build = host.get("build")
+    if build and cg["jobs"] and not cg["finished"]:
+        # The cgroup's whole build at its own job count, from the host's measured edge times in the order they
+        # started: an upper estimate (at 5 jobs each compile has more of the cores than at 16).
+        times = [e[1] - e[0] for e in ninja_edges(host_raw["ninja_log.txt"].decode())]
+        cg["projected_wall_s_replay_of_host_edges"] = round(replay(times, cg["jobs"]))
+    if build:
+        factor["estimated_cpu_s"] = round(build["compiler_cpu_s"] * factor["four_archs_over_9_0_median"])
+        factor["cpu_ratio_to_tool_build"] = factor["four_archs_over_9_0_median"]  # the same TUs, four archs over one
+    done = [*host.get("compiles_done", []), *cg.get("compiles_done", [])]
+    heaviest = max(done, key=lambda c: c["peak_gb"], default=None)
     result: dict[str, Any] = {
         "what": __doc__.split("\n\n")[0],
         "runs": {"host_16_cores": host, "cgroup_32_gib": cg},
@@ -149,15 +210,15 @@ def main() -> None:
         # hardly moves with the arch (arch_cost's peak_gb per arch): it is the front end's, not the code generator's.
         "per_tu_peak_gb": {"heaviest_measured": heaviest, "upstream_guess_per_job": UPSTREAM_GB_PER_JOB},
         "not_measured": {
-            "wall, compiler CPU s, lower bound and ratio of a whole build": (
-                "neither build finished: the 16-core one was taken back with the machine at "
-                f"{host['last_progress_s']} s (projected {host.get('projected_wall_s')} s); the cgroup one ({cg['jobs']} jobs, "
-                f"~{cg.get('projected_wall_s_from_host_rate')} s) is longer than the 28 minutes a machine is held"),
-            "flash-attn's own tests": "need a finished wheel",
+            "the cgroup build's whole wall": (
+                f"at {cg['jobs']} jobs it is ~{cg.get('projected_wall_s_replay_of_host_edges')} s (replay), longer than "
+                "the 28 minutes a machine is held; cut at " f"{cg['last_progress_s']} s"),
+            "upstream's four-arch build": "estimated from two TUs' per-arch CPU (arch_cost), not built",
         },
     }
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    print(json.dumps({k: result[k] for k in ("upstream_rule", "not_measured")}, indent=1))
+    print(json.dumps({"build": build, "upstream_rule": result["upstream_rule"], "not_measured": result["not_measured"]},
+                     indent=1))
 
 
 if __name__ == "__main__":

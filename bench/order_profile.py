@@ -11,6 +11,10 @@ pre-fetched dependency, longest first. A dependency's source is named as the rec
         recipes/nightly-cu130-pruned.profile.csv
     python bench/order_profile.py --series 'v6 (arch-pruned, small TUs in batches, sparse FA for 8.x/9.0 only)' \
         bench/raw/h200-2026-12-02-sparse/b6-raw.tar.gz recipes/nightly-cu130-pruned.profile.csv
+    python bench/order_profile.py --package flash-attn --series-name flash-attn --series v2 --archs 9.0 \
+        --commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab \
+        --host '16 cores,\n# 125 GiB, 16 jobs, nvcc 13.0.88, NVCC_THREADS 2' \
+        bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz recipes/flash-attn-2.8.3.profile.csv
 """
 
 from __future__ import annotations
@@ -26,11 +30,10 @@ from pathlib import Path
 from h200_arch_pruning import member  # the same raw tarballs, read the same way
 
 HEADER = """\
-# Compile times of sgl-kernel 6ffc74ef with the sm120 {series} series for 12.0a: one full build
-# (build-kernel's recorder, profile.sqlite of {raw}; 16 cores,
-# 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1). build.ninja's compiles start longest first by
+# Compile times of {package} {short} with the {series_name} {series} series for {archs}: one full build
+# (build-kernel's recorder, profile.sqlite of {raw}; {host}). build.ninja's compiles start longest first by
 # `seconds`, and the governor predicts their memory by `peak_gb`, until this machine's profile knows them.
-# measured-for: archs={archs}; commit={commit}; series=sm120/{version}
+# measured-for: archs={archs}; commit={commit}; series={series_name}/{version}
 """
 
 
@@ -54,9 +57,13 @@ def main() -> None:
     # What the build's ETA compares with its own (build_kernel.stages.builder.scheduling.profile_note).
     parser.add_argument("--archs", default="12.0a", help="TORCH_CUDA_ARCH_LIST of the measured build")
     parser.add_argument("--commit", default="6ffc74efd7d23627c0245efb61af7f62cde4a970", help="the measured pin")
+    parser.add_argument("--package", default="sgl-kernel", help="what was built (the header's words)")
+    parser.add_argument("--series-name", default="sm120", help="the patch series' name (recipe [patches] series)")
+    # The measured host, as the header says it (\n: a line break, so a long one still fits the comment block).
+    parser.add_argument("--host", default="16 cores,\\n# 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1")
     args = parser.parse_args()
     with tarfile.open(args.raw) as tar:
-        db = member(tar, "-profile.sqlite")
+        db = member(tar, "profile.sqlite")
     assert db, f"{args.raw}: no profile.sqlite in it"
     with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
         f.write(db)
@@ -69,7 +76,8 @@ def main() -> None:
                    if (name := named(source or ""))), key=lambda r: (-r[1], r[0]))
     with args.out.open("w", newline="") as fh:
         fh.write(HEADER.format(raw=args.raw.as_posix(), series=args.series, archs=args.archs, commit=args.commit,
-                               version=args.series.split()[0]))
+                               version=args.series.split()[0], package=args.package, short=args.commit[:8],
+                               series_name=args.series_name, host=args.host.replace("\\n", "\n")))
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(["source", "seconds", "peak_gb", "compiler"])
         for source, wall, peak, compiler in rows:

@@ -23,7 +23,7 @@ import pytest
 from build_kernel import recipe, toolchain
 from build_kernel.plan import resolve
 from build_kernel.resources import Resources
-from build_kernel.stages.builder import backends, cache, ninja_order
+from build_kernel.stages.builder import backends, cache, ninja_order, scheduling
 from build_kernel.stages.fetch.workspace import Tree
 from build_kernel.stages.verify.installed import stale
 from tests.conftest import REPO_ROOT, run_cli, write_recipe, write_series
@@ -57,6 +57,22 @@ def test_flash_attn_recipe_plans_offline_and_forced() -> None:
     assert r.source.submodules == ("csrc/cutlass",) and "csrc/composable_kernel" not in " ".join(r.source.paths)
     assert "csrc/cutlass/include" not in r.source.paths  # fetched from cutlass itself, at the gitlink's commit
     assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "wheels")
+
+
+def test_flash_attn_first_build_is_ordered_by_the_h200_profile() -> None:
+    """The H200 build of 2.8.3 for 9.0 ran setup.py's order and ended 1.165x its lower bound: the ~400 s split-KV
+    forward TUs started last. The recipe ships that build's profile, so a first build starts them first and the
+    governor knows each TU's peak; the profile says what it was measured for, and the ETA says when it differs."""
+    plan = resolve(recipe.load("flash-attn-2.8.3"), env={}, arch="9.0", resources=RES)
+    shipped = scheduling.shipped_tus(plan)
+    assert len(shipped) == 72 and all(s.startswith("csrc/flash_attn/src/") for s in shipped)
+    longest = max(shipped, key=lambda s: shipped[s][0])
+    assert "flash_fwd_split_" in longest and shipped[longest][0] > 300
+    # The job count's bound is no lighter than the heaviest TU measured.
+    assert plan.recipe.build.job_memory_gb >= max(peak for _, peak in shipped.values())
+    assert scheduling.profile_note(plan) is None  # measured for this pin, series and arch
+    both = resolve(recipe.load("flash-attn-2.8.3"), env={}, resources=RES)  # the recipe's own 8.0 and 9.0
+    assert "was measured for 9.0, this build is for 8.0;9.0" in (scheduling.profile_note(both) or "")
 
 
 def test_plan_lists_an_fa3_choice_only_for_a_package_that_has_one() -> None:
