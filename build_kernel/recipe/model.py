@@ -171,7 +171,7 @@ class Verify:
                                   "or `any` (any device code).", "asked")
     libraries: tuple[LibraryRule, ...] = _doc("Per-library rules, `[verify.libraries.\"GLOB\"]` tables (see below); "
                                               "the first matching glob wins.", factory=tuple)
-    gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.stages.verify.gpu_checks:minikernel_nvfp4).", "")
+    gpu_check: str = _doc("`module:function` run on a GPU of a built arch (e.g. build_kernel.package_checks:minikernel_nvfp4).", "")
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     toolchain.require(toolchain.preflight(selected.facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
                                           want_cuda=plan.recipe.toolchain.cuda, series=plan.series,
                                           commit=plan.recipe.source.commit))
-    # The recipe's own defines last: a hand-set SGL_KERNEL_FA3_* wins over [build] fa3.
+    # The recipe's own defines last: a define the recipe sets by hand wins over what [build] fa3 sets.
     defines = {**toolkit.cmake_defines(selected), **tree.fetchcontent_defines(), **plan.fa3.defines(),
                **plan.recipe.build.defines}
     key = cache.key(plan, selected.facts, tree, defines, selected.toolkit)

@@ -1,4 +1,5 @@
-"""Kernel checks run on a real GPU by `verify`, in the clean import process.
+"""Per-package kernel checks a recipe names as `[verify] gpu_check` (`module:function`): run on a real GPU
+by `verify`, in the clean import process. They live here, not in the verify stage, which names no package.
 
 Each check returns a dict with `ok`, the measured error and its tolerance. The
 references are computed here, in float64, from the op's documented definition, not
