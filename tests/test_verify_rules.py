@@ -48,3 +48,22 @@ def test_not_loaded_on_is_by_compute_capability() -> None:
     assert rules.wanted(rule, parse_arch_list("9.0")) is None
     # Asked with others: it covers those that load it, not the cc 9.0 one (that GPU loads another library).
     assert rules.wanted(rule, parse_arch_list("9.0a;10.0a")) == parse_arch_list("10.0a")
+
+
+@pytest.mark.parametrize(("name", "package"), [("nightly-cu130", "sgl_kernel"), ("nightly-cu130-pruned", "sgl_kernel"),
+                                               ("demo", "minikernel")])
+def test_a_hopper_and_blackwell_wheel_asks_each_library_for_the_archs_that_load_it(name: str, package: str) -> None:
+    """Seen on the miniature built for 9.0a;12.0a: verify failed sm90/common_ops and flash_ops for lacking sm_120a
+    and sm100/common_ops for lacking sm_90a, though no 12.0 GPU loads the first two and no 9.0 GPU the third."""
+    spec = recipe.load(name).verify
+    both = parse_arch_list("9.0a;12.0a")
+    want = {r.glob: rules.wanted(r, both) for r in spec.libraries}
+    assert want[f"{package}/sm90/common_ops*"] == parse_arch_list("9.0a")
+    assert want[f"{package}/flash_ops*"] == parse_arch_list("9.0a")
+    assert want[f"{package}/sm100/common_ops*"] == parse_arch_list("12.0a")
+
+
+def test_when_asked_is_by_compute_capability_too() -> None:
+    rule = LibraryRule(glob="x", when_asked=("9.0a", "10.0a"))
+    assert rules.wanted(rule, parse_arch_list("9.0a;10.0a;12.0a")) == parse_arch_list("9.0a;10.0a")
+    assert rules.wanted(rule, parse_arch_list("12.0a")) is None  # nothing asked loads it: only listed

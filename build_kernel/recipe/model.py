@@ -151,7 +151,8 @@ class LibraryRule:
     fp4: bool = _doc("Its SASS for every asked FP4-capable arch must hold the `fp4_sass` opcodes.", False)
     required: bool = _doc("The wheel must contain a library matching `glob`.", False)
     when_asked: tuple[str, ...] = _doc("The rule applies only when one of these archs is asked (FA3: `[\"9.0a\"]`); "
-                                       "otherwise nothing loads the library on the asked archs and it is only listed.",
+                                       "otherwise nothing loads the library on the asked archs and it is only listed. Only GPUs of these "
+                                       "compute capabilities load it: it covers only the asked archs among them.",
                                        factory=tuple)
     not_loaded_on: tuple[str, ...] = _doc("Compute capabilities whose GPUs load another library instead (sgl-kernel: "
                                           "`sm100/common_ops` is loaded by every GPU but cc 9.0, which loads `sm90/`: "

@@ -37,10 +37,14 @@ def rule_for(path: str, spec: Verify) -> LibraryRule:
 
 
 def loading(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...]:
-    """The asked archs whose GPUs load this library (`not_loaded_on` is by compute capability: a cc 9.0
-    GPU loads a package's cc-9.0 library, whether 9.0 or 9.0a was asked)."""
+    """The asked archs whose GPUs load this library, by compute capability (a cc 9.0 GPU loads a package's
+    cc-9.0 library, whether 9.0 or 9.0a was asked): not those of `not_loaded_on`, and with `when_asked` only
+    those of its archs. A Hopper-only library (FA3, sgl-kernel's sm90/common_ops) in a 9.0a;12.0a wheel
+    holds sm_90a alone: no 12.0 GPU loads it (seen on the miniature: each such library failed for the
+    other arch)."""
     other = {(a.major, a.minor) for a in parse_arch_list(list(rule.not_loaded_on))} if rule.not_loaded_on else set()
-    return tuple(a for a in asked if (a.major, a.minor) not in other)
+    only = {(a.major, a.minor) for a in parse_arch_list(list(rule.when_asked))} if rule.when_asked else None
+    return tuple(a for a in asked if (a.major, a.minor) not in other and (only is None or (a.major, a.minor) in only))
 
 
 def wanted(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...] | None:

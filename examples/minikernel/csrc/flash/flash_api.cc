@@ -1,7 +1,9 @@
 // Torch binding of the FA3 stand-in (library flash_ops, sm_90a only).
 // Registers into the minikernel namespace as a fragment, like sgl-kernel's
 // flash_ops registers its fwd op next to common_ops' ops.
-#include <ATen/ATen.h>
+// The tensor type and empty_like, not all of <ATen/ATen.h>: the same objects, less compile time.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
