@@ -102,9 +102,11 @@ def test_verify_static_of_a_cuda_12_wheel_does_not_just_say_passed(tmp_path: Pat
         [verify]
         import_modules = ["cuda12"]
         ops = []
-        fp4_library = ""
         fp4_sass = []
         gpu_check = ""
+        [verify.libraries."minikernel/sm100/common_ops*"]
+        fp4 = false
+        required = false
         [build]
         fp4 = false
         """))
