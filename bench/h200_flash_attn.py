@@ -75,6 +75,11 @@ def replay(durations: list[float], slots: int) -> float:
     return max(free)
 
 
+def edge_times(files: dict[str, bytes]) -> list[float]:
+    """Each ninja edge's seconds, in the order the edges really started (ninja_edges sorts by start)."""
+    return [end - start for start, end, _ in ninja_edges(files["ninja_log.txt"].decode())]
+
+
 def whole_build(files: dict[str, bytes], cpus: int, jobs: int) -> dict[str, Any]:
     """A finished build's span, CPU, lower bound and the replays of its edges (see the module's list)."""
     edges = ninja_edges(files["ninja_log.txt"].decode())
@@ -83,8 +88,8 @@ def whole_build(files: dict[str, bytes], cpus: int, jobs: int) -> dict[str, Any]
     cpu = sum(r["cpu_s"] for r in rows)
     longest = max(rows, key=lambda r: r["wall_s"])
     bound = max(cpu / cpus, longest["wall_s"])
-    times = [e[1] - e[0] for e in edges]  # edges sorted by start: the order they really started in
-    first = sorted(times, reverse=True)
+    times = edge_times(files)
+    longest_first = replay(sorted(times, reverse=True), jobs)
     return {
         "ninja_wall_s": round(span, 1), "edges": len(edges), "nvcc_compiles": len(rows),
         "compiler_cpu_s": round(cpu, 1),
@@ -93,8 +98,8 @@ def whole_build(files: dict[str, bytes], cpus: int, jobs: int) -> dict[str, Any]
         "most_compiles_at_once": max_overlap(edges),
         "heaviest_peak_gb": round(max(r["tree_peak_mb"] for r in rows) / 1024, 2),
         "replay": {"as_started_s": round(replay(times, jobs), 1),
-                   "longest_first_s": round(replay(first, jobs), 1),
-                   "longest_first_ratio_to_lower_bound": round(replay(first, jobs) / bound, 3)},
+                   "longest_first_s": round(longest_first, 1),
+                   "longest_first_ratio_to_lower_bound": round(longest_first / bound, 3)},
     }
 
 
@@ -188,8 +193,7 @@ def main() -> None:
     if build and cg["jobs"] and not cg["finished"]:
         # The cgroup's whole build at its own job count, from the host's measured edge times in the order they
         # started: an upper estimate (at 5 jobs each compile has more of the cores than at 16).
-        times = [e[1] - e[0] for e in ninja_edges(host_raw["ninja_log.txt"].decode())]
-        cg["projected_wall_s_replay_of_host_edges"] = round(replay(times, cg["jobs"]))
+        cg["projected_wall_s_replay_of_host_edges"] = round(replay(edge_times(host_raw), cg["jobs"]))
     if build:
         factor["estimated_cpu_s"] = round(build["compiler_cpu_s"] * factor["four_archs_over_9_0_median"])
         factor["cpu_ratio_to_tool_build"] = factor["four_archs_over_9_0_median"]  # the same TUs, four archs over one

@@ -42,9 +42,12 @@ def loading(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...]:
     those of its archs. A Hopper-only library (FA3, sgl-kernel's sm90/common_ops) in a 9.0a;12.0a wheel
     holds sm_90a alone: no 12.0 GPU loads it (seen on the miniature: each such library failed for the
     other arch)."""
-    other = {(a.major, a.minor) for a in parse_arch_list(list(rule.not_loaded_on))} if rule.not_loaded_on else set()
-    only = {(a.major, a.minor) for a in parse_arch_list(list(rule.when_asked))} if rule.when_asked else None
-    return tuple(a for a in asked if (a.major, a.minor) not in other and (only is None or (a.major, a.minor) in only))
+    other, only = _capabilities(rule.not_loaded_on), _capabilities(rule.when_asked)
+    return tuple(a for a in asked if (a.major, a.minor) not in other and (not only or (a.major, a.minor) in only))
+
+
+def _capabilities(names: tuple[str, ...]) -> set[tuple[int, int]]:
+    return {(a.major, a.minor) for a in parse_arch_list(list(names))} if names else set()
 
 
 def wanted(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...] | None:
