@@ -121,8 +121,16 @@ def resolve(setting: str, env: Mapping[str, str], defines: Mapping[str, str], nv
         assert chosen is not None
         return _use(res, chosen, [f"host compiler {chosen}: [toolchain] host_compiler"])
     broken: dict[Linker, str] = {}
+    # One probe per compiler: the two roles are often one binary (`c++` and `g++` -> g++-12), and a probe is a
+    # real compile and link of <sstream> (~1 s).
+    probed: dict[str, str | None] = {}
     for linker in found:
-        if linker.path and (why := toolchain.check_cxx_runtime(linker.path, env)):
+        if not linker.path:
+            continue
+        real = os.path.realpath(linker.path)
+        if real not in probed:
+            probed[real] = toolchain.check_cxx_runtime(linker.path, env)
+        if why := probed[real]:
             broken[linker] = why
     if not broken:
         return res

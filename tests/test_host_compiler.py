@@ -117,3 +117,22 @@ def test_build_stops_before_configure_on_a_static_cuda_host_compiler(static_gxx:
     assert line.startswith(f"error: CUDAHOSTCXX={static_gxx} (CUDA host compiler) links libstdc++ into shared")
     assert f"set CXX={SHARED} CUDAHOSTCXX={SHARED}" in line
     assert not list((cache / "build").glob("*/cmake/CMakeCache.txt")) and not list((tmp_path / "out").glob("*.whl"))
+
+
+def test_one_compiler_in_both_roles_is_probed_once(static_gxx: Path, tmp_path: Path) -> None:
+    """`c++` and `g++` are often one binary: its probe (a real <sstream> compile and link) runs once, and
+    both roles get its verdict."""
+    calls = tmp_path / "calls.txt"
+    counting = tmp_path / "bin" / "g++-counted"
+    counting.parent.mkdir()
+    counting.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {static_gxx} "$@"\n')
+    counting.chmod(0o755)
+    alias = tmp_path / "bin" / "c++"
+    alias.symlink_to(counting)
+    env = {**os.environ, "CXX": str(alias), "CUDAHOSTCXX": str(counting)}
+    res = host_compiler.resolve("auto", env, {}, None)
+    shared_links = [line for line in calls.read_text().splitlines() if "-shared" in line]
+    assert len(shared_links) == 1, shared_links
+    # Both roles are replaced, each named with the variable that set it.
+    assert res.chosen and res.chosen != str(counting) and not res.problems, res
+    assert f"CXX={alias} (C++ compiler)" in res.why[0] and f"CUDAHOSTCXX={counting} (CUDA host compiler)" in res.why[0]
