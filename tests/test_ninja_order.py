@@ -168,6 +168,32 @@ def test_cmake_manifest_longest_first_by_shipped_then_recorded_profile(tmp_path:
     assert "no work to do" in _ninja(build)
 
 
+def test_cmakes_own_ninja_calls_start_no_python(tmp_path: Path) -> None:
+    """CMake calls CMAKE_MAKE_PROGRAM for itself (`--version`, a build in each try-compile folder) ~26 times a
+    configure: the script runs ninja straight for those, Python (~0.07 s a start) only where it orders."""
+    src, build, db, calls = _project(tmp_path), tmp_path / "build", tmp_path / "profile.sqlite", tmp_path / "calls"
+
+    def logged(name: str, real: str) -> str:
+        path = tmp_path / f"logged-{name}"
+        path.write_text(f'#!/bin/sh\necho "{name} $(pwd -P) $*" >> {calls}\nexec {real} "$@"\n')
+        path.chmod(0o755)
+        return str(path)
+
+    script = ninja_order.install(tmp_path / "bin", python=logged("python", sys.executable), ninja=logged("ninja", NINJA),
+                                 build_dir=build, data=ninja_order.predictions(db, None, [src]))
+    _configure(src, build, script, db)
+    subprocess.run([str(script), "-C", str(build)], capture_output=True, check=True)  # from elsewhere: -C
+    lines = [line.split(" ", 2) for line in calls.read_text().splitlines()]
+    ninja_calls = [(cwd, args) for who, cwd, args in lines if who == "ninja"]
+    assert any(args == "--version" for _, args in ninja_calls)
+    try_compiles = [cwd for cwd, _ in ninja_calls if "/CMakeFiles/CMakeScratch/" in cwd]
+    assert try_compiles, ninja_calls
+    python_calls = [args.split(" -- ")[1] for who, _, args in lines if who == "python"]
+    assert python_calls == [f"-C {build} -t restat build.ninja", f"-C {build}"]  # CMake's, then mine
+    assert any(args.endswith("-t restat build.ninja") for cwd, args in ninja_calls if cwd in try_compiles)
+    assert ninja_order.EDGES in os.listdir(tmp_path / "bin")  # the restat ordered the build folder
+
+
 def test_order_profile_is_checked_at_load(project: Path) -> None:
     copy_series(project, PATCHES, "v1")
     path = write_recipe(project, "r", demo_recipe_text(extra_build='order_profile = "r.profile.csv"\n'))

@@ -10,7 +10,7 @@ library's objects in CMakeLists order, so in the real H200 build of DESIGN.md (6
 How. CMAKE_MAKE_PROGRAM is a shell script (`install`) that runs this file by path with
 `python -S` (stdlib, the recorder and process.py only, like recorder.py: CMake calls it for every probe)
 and then execs the real ninja. Called for the build folder (not for CMake's try-compile
-folders, not for `--version`), it orders build.ninja first. CMake calls it there right
+folders, not for `--version`: the script execs ninja itself for those), it orders build.ninja first. CMake calls it there right
 after each generation (`-t restat build.ninja`, also when ninja re-runs CMake mid-build,
 before ninja reloads the file), and `cmake --build` calls it: every generation is ordered.
 
@@ -390,8 +390,33 @@ def install(folder: Path, *, python: str, ninja: str, build_dir: Path, data: Map
     script = folder / "ninja"
     command = shlex.join([python, "-S", HERE, "--predictions", str(data_file), "--build-dir", str(build_dir),
                           "--ninja", ninja, *(["--drop-j", "1"] if drop_j else []), "--"])
-    script.write_text(f'#!/bin/sh\n# build-kernel: orders build.ninja longest first, then runs ninja '
-                      f'(build_kernel/stages/builder/ninja_order.py)\nexec {command} "$@"\n')
+    # CMake calls the script ~26 times a configure for itself (`--version`; `-C` a try-compile folder `-t restat`,
+    # `-t recompact`, then its build there), and Python (~0.07 s a start) is needed only in the build folder. The
+    # shell finds the folder as `main` does (each -C after the last; the real path; a glob where it holds `*`);
+    # where it cannot (a folder that does not exist, a -j to drop), `main` decides.
+    want = os.path.realpath(build_dir)
+    pattern = "*".join(shlex.quote(part) if part else "" for part in want.split("*"))
+    real = shlex.quote(ninja)
+    drop = "\n        -j*) python=1 ;;" if drop_j else ""
+    script.write_text(f"""#!/bin/sh
+# build-kernel: orders build.ninja longest first, then runs ninja (build_kernel/stages/builder/ninja_order.py)
+dir=$(pwd -P) python= next=
+for arg in "$@"; do
+    if [ -n "$next" ]; then
+        case $arg in /*) dir=$arg ;; *) dir=$dir/$arg ;; esac
+        next=
+        continue
+    fi
+    case $arg in
+        --version) exec {real} "$@" ;;
+        -C) next=1 ;;
+        -C*) case ${{arg#-C}} in /*) dir=${{arg#-C}} ;; *) dir=$dir/${{arg#-C}} ;; esac ;;{drop}
+    esac
+done
+[ -z "$python" ] && dir=$(cd -P -- "$dir" 2>/dev/null && pwd -P) || python=1
+[ -n "$python" ] || case $dir in {pattern}) ;; *) exec {real} "$@" ;; esac
+exec {command} "$@"
+""")
     script.chmod(0o755)
     return script
 

@@ -1,0 +1,100 @@
+"""CMake's own calls to CMAKE_MAKE_PROGRAM in a configure: today's ordering script vs a baseline's, side by side.
+
+CMake calls the make program for itself during a configure (`--version`, then a build in each try-compile
+folder); the script orders build.ninja only in the build folder. Each side installs its script from its own
+checkout (the baseline as a git worktree) with a `python` that logs each start, then configures the same
+CUDA + CXX project into a fresh folder, alternating sides, N runs. Medians of the configure's wall time and
+the count of Python starts per configure.
+
+    python bench/ninja_wrapper.py [--baseline 9c00f9c] [--runs 5] [--work /tmp/bench-ninja-wrapper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL = """
+import sys
+from pathlib import Path
+from build_kernel.stages.builder import ninja_order
+folder, python, ninja, build = sys.argv[1:]
+ninja_order.install(Path(folder), python=python, ninja=ninja, build_dir=Path(build),
+                    data=ninja_order.predictions(Path(folder) / "profile.sqlite", None, []))
+"""
+
+
+def project(root: Path) -> Path:
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "k.cu").write_text("__global__ void k(int* x) { *x = 1; }\n")
+    (src / "h.cpp").write_text("int h() { return 1; }\n")
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.20)\nproject(t CXX CUDA)\n"
+                                        "add_library(t SHARED k.cu h.cpp)\n")
+    return src
+
+
+def install(src: Path, folder: Path, build: Path, log: Path) -> Path:
+    python = folder / "logged-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    python.write_text(f'#!/bin/sh\necho start >> {log}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    ninja = shutil.which("ninja")
+    assert ninja, "ninja is not on PATH: run from the project's venv (make venv)"
+    subprocess.run([sys.executable, "-c", INSTALL, str(folder), str(python), ninja, str(build)], check=True, cwd=src,
+                   env={**os.environ, "PYTHONPATH": str(src)})
+    return folder / "ninja"
+
+
+def configure(src: Path, side: Path, run: int) -> tuple[float, int]:
+    """One configure into a fresh folder: (wall seconds, Python starts)."""
+    build, log = side / f"build-{run}", side / f"starts-{run}"
+    script = install(src, side / f"bin-{run}", build, log)
+    start = time.perf_counter()
+    subprocess.run(["cmake", "-S", str(project(side.parent)), "-B", str(build), "-G", "Ninja",
+                    f"-DCMAKE_MAKE_PROGRAM={script}"], check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    return seconds, len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--baseline", default="9c00f9c")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-ninja-wrapper"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ninja_wrapper.json")
+    args = parser.parse_args()
+    base_src = args.work / "base-src"
+    if not base_src.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_src), args.baseline],
+                       check=True, capture_output=True)
+    sides = {"baseline": base_src, "ours": ROOT}
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+    for run in range(args.runs):
+        for name, src in sides.items():
+            runs[name].append(configure(src, args.work / name, run))
+    result: dict[str, object] = {"baseline": args.baseline, "runs": args.runs, "cpus": os.cpu_count(),
+                                 "project": "CUDA + CXX, one .cu and one .cpp, a fresh build folder each run"}
+    for name in sides:
+        seconds = [s for s, _ in runs[name]]
+        result[name] = {"configure_s": round(statistics.median(seconds), 3),
+                        "python_starts": statistics.median(n for _, n in runs[name]),
+                        "configure_runs_s": [round(s, 3) for s in seconds]}
+        print(f"{name}: configure {statistics.median(seconds):.2f} s, "
+              f"{statistics.median(n for _, n in runs[name]):.0f} Python starts")
+    base, ours = (statistics.median(s for s, _ in runs[n]) for n in sides)
+    result["configure_ratio"] = round(base / ours, 2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
