@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
-from build_kernel.stages.builder import cudawheels
+from build_kernel.stages.builder import cudawheels, ninja_order
 from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
@@ -55,6 +55,10 @@ def test_make_wheel_builds_stamped_wheel_and_second_run_is_a_cache_hit(demo_buil
     assert provenance["toolchain"]["cuda_source"] == source
     assert provenance["patches"] and all(len(v) == 64 for v in provenance["patches"].values())
     assert provenance["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"].startswith(str(demo_build.cache))
+    # scikit-build-core's build folder was ordered: the CMAKE_MAKE_PROGRAM script ran the orderer there (and only
+    # there), which listed the build's compiles (other tests' builds share this cache).
+    edges = [json.loads(p.read_text())["sources"] for p in demo_build.cache.glob(f"build/*/bin/{ninja_order.EDGES}")]
+    assert any("csrc/nvfp4_quant.cu" in sources for sources in edges), edges
     # pip installs it, and pip's view of the version carries the local label.
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
