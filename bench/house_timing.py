@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.baseline import checkout
 
 
 def cli(src: Path, work: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -41,10 +44,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-house"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "house_timing.json")
     args = parser.parse_args()
-    base_src = args.work / "base-src"
-    if not base_src.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_src), args.baseline],
-                       check=True, capture_output=True)
+    base_src = checkout(args.baseline, args.work)
     sides = {"baseline": (base_src, args.work / "base"), "ours": (ROOT, args.work / "ours")}
     for src, work in sides.values():  # warm-up: the wheel and its verification record exist
         cli(src, work, "build", "--recipe", "demo")

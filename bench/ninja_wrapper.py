@@ -22,6 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.baseline import checkout
+
 INSTALL = """
 import sys
 from pathlib import Path
@@ -32,7 +36,7 @@ ninja_order.install(Path(folder), python=python, ninja=ninja, build_dir=Path(bui
 """
 
 
-def project(root: Path) -> Path:
+def write_project(root: Path) -> Path:
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "k.cu").write_text("__global__ void k(int* x) { *x = 1; }\n")
@@ -42,24 +46,22 @@ def project(root: Path) -> Path:
     return src
 
 
-def install(src: Path, folder: Path, build: Path, log: Path) -> Path:
+def install(src: Path, folder: Path, build: Path, log: Path, ninja: str) -> Path:
     python = folder / "logged-python"
     folder.mkdir(parents=True, exist_ok=True)
     python.write_text(f'#!/bin/sh\necho start >> {log}\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    ninja = shutil.which("ninja")
-    assert ninja, "ninja is not on PATH: run from the project's venv (make venv)"
     subprocess.run([sys.executable, "-c", INSTALL, str(folder), str(python), ninja, str(build)], check=True, cwd=src,
                    env={**os.environ, "PYTHONPATH": str(src)})
     return folder / "ninja"
 
 
-def configure(src: Path, side: Path, run: int) -> tuple[float, int]:
-    """One configure into a fresh folder: (wall seconds, Python starts)."""
+def configure(src: Path, project: Path, ninja: str, side: Path, run: int) -> tuple[float, int]:
+    """One configure of `project` into a fresh folder with `src`'s script: (wall seconds, Python starts)."""
     build, log = side / f"build-{run}", side / f"starts-{run}"
-    script = install(src, side / f"bin-{run}", build, log)
+    script = install(src, side / f"bin-{run}", build, log, ninja)
     start = time.perf_counter()
-    subprocess.run(["cmake", "-S", str(project(side.parent)), "-B", str(build), "-G", "Ninja",
+    subprocess.run(["cmake", "-S", str(project), "-B", str(build), "-G", "Ninja",
                     f"-DCMAKE_MAKE_PROGRAM={script}"], check=True, capture_output=True)
     seconds = time.perf_counter() - start
     return seconds, len(log.read_text().splitlines()) if log.exists() else 0
@@ -72,26 +74,25 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-ninja-wrapper"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ninja_wrapper.json")
     args = parser.parse_args()
-    base_src = args.work / "base-src"
-    if not base_src.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_src), args.baseline],
-                       check=True, capture_output=True)
-    sides = {"baseline": base_src, "ours": ROOT}
+    ninja = shutil.which("ninja")
+    if not ninja:
+        raise SystemExit("ninja is not on PATH: run from the project's venv (make venv; PATH=.venv/bin:$PATH)")
+    sides = {"baseline": checkout(args.baseline, args.work), "ours": ROOT}
+    src = write_project(args.work)
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
     for run in range(args.runs):
-        for name, src in sides.items():
-            runs[name].append(configure(src, args.work / name, run))
+        for name, side_src in sides.items():
+            runs[name].append(configure(side_src, src, ninja, args.work / name, run))
     result: dict[str, object] = {"baseline": args.baseline, "runs": args.runs, "cpus": os.cpu_count(),
                                  "project": "CUDA + CXX, one .cu and one .cpp, a fresh build folder each run"}
+    median: dict[str, float] = {}
     for name in sides:
         seconds = [s for s, _ in runs[name]]
-        result[name] = {"configure_s": round(statistics.median(seconds), 3),
-                        "python_starts": statistics.median(n for _, n in runs[name]),
+        median[name], starts = statistics.median(seconds), statistics.median(n for _, n in runs[name])
+        result[name] = {"configure_s": round(median[name], 3), "python_starts": starts,
                         "configure_runs_s": [round(s, 3) for s in seconds]}
-        print(f"{name}: configure {statistics.median(seconds):.2f} s, "
-              f"{statistics.median(n for _, n in runs[name]):.0f} Python starts")
-    base, ours = (statistics.median(s for s, _ in runs[n]) for n in sides)
-    result["configure_ratio"] = round(base / ours, 2)
+        print(f"{name}: configure {median[name]:.2f} s, {starts:.0f} Python starts")
+    result["configure_ratio"] = round(median["baseline"] / median["ours"], 2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

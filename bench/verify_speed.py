@@ -21,6 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.baseline import checkout
+
 OVERLAY = 'extends = "{recipes}/nightly-cu130.toml"\n[toolchain]\ntorch = "existing"\n'
 
 
@@ -49,10 +53,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-verify"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "verify_speed.json")
     args = parser.parse_args()
-    base_src = args.work / "base-src"
-    if not base_src.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_src), args.baseline],
-                       check=True, capture_output=True)
+    base_src = checkout(args.baseline, args.work)
     wheels = {}
     for name in ("baseline", "ours"):
         folder = args.work / name / "wheel"
