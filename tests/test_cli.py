@@ -1,5 +1,5 @@
-"""The command line as README documents it: shared options before or after the command,
-every command's --help, and every command line README shows (fast: nothing compiles)."""
+"""The command line as README and docs/ document it: shared options before or after the command,
+every command's --help, and every command line README.md and docs/*.md show (fast: nothing compiles)."""
 
 from __future__ import annotations
 
@@ -62,17 +62,33 @@ def test_every_command_help_lists_the_shared_options(path: tuple[str, ...]) -> N
     assert not missing, f"{' '.join(path)} --help lacks {missing}"
 
 
+DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+
+
 def readme_command_lines() -> list[str]:
-    """Every `build-kernel …` line in README's code blocks and command table, placeholders filled."""
-    text = (REPO_ROOT / "README.md").read_text()
+    """Every `build-kernel …` line in the code blocks and command tables of README.md and docs/*.md
+    (a table whose first column is headed `command`), placeholders filled."""
     lines: list[str] = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
-        lines += [l.split("#")[0].strip() for l in block.splitlines() if l.strip().startswith("build-kernel")]
-    commands = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
-    for row in re.findall(r"^\| (.+?) \| [^|`]", commands, re.M):
-        for cell in re.findall(r"`([^`]+)`", row):
-            lines.append(cell if cell.startswith("build-kernel") else f"build-kernel {cell}")
-    return [_fill(line) for line in lines]
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+            block = block.replace("\\\n", " ")  # a line continued with a backslash is one command
+            lines += [l.split("#")[0].strip() for l in block.splitlines() if l.strip().startswith("build-kernel")]
+        for table in re.findall(r"^\| command \|.*\n\|[- |]+\n((?:\|.*\n?)+)", text, re.M):
+            for row in re.findall(r"^\| (.+?) \| [^|`]", table, re.M):
+                for cell in re.findall(r"`([^`]+)`", row):
+                    lines.append(cell if cell.startswith("build-kernel") else f"build-kernel {cell}")
+    return list(dict.fromkeys(_fill(line) for line in lines))  # a line shown twice is run once
+
+
+def test_command_lines_come_from_readme_and_docs() -> None:
+    """README keeps one line per command; docs/commands.md every option: both are read, so no line moved
+    out of README goes untested."""
+    lines = readme_command_lines()
+    for needle in ("build-kernel plan --recipe demo", "build-kernel doctor --installed --python",
+                   "build-kernel prune-proof PRUNED.whl --against UNPRUNED.whl --recipe demo --across-tus",
+                   "build-kernel --recipe flash-attn-2.8.3 --arch 9.0", "build-kernel cache dist-config --scheduler"):
+        assert any(l.startswith(needle) for l in lines), needle
 
 
 def _fill(line: str) -> str:
