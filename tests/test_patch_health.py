@@ -81,7 +81,7 @@ def recipe(project: Path, upstream: Upstream) -> Path:
 def health(cache: Path, recipe: Path, *args: str) -> list[dict[str, Any]]:
     proc = run_cli("--cache-dir", str(cache), "--json", "patch", "health", "--recipe", str(recipe), *args)
     assert proc.returncode == 0, proc.stderr  # a report: conflicts do not fail it
-    rows: list[dict[str, Any]] = json.loads(proc.stdout)
+    rows: list[dict[str, Any]] = json.loads(proc.stdout)["rows"]
     return rows
 
 
@@ -108,7 +108,8 @@ def test_health_lists_version_changes_with_states(tmp_path: Path, recipe: Path, 
     assert expected in conflict[FIRST]["detail"]
 
     # --write: the same rows, only commit, date, version and states (no upstream text).
-    assert json.loads(out.read_text()) == [{k: r[k] for k in ("commit", "date", "version", "states")} for r in rows]
+    assert json.loads(out.read_text())["rows"] == [{k: r[k] for k in ("commit", "date", "version", "states")}
+                                                   for r in rows]
     assert not list(tmp_path.glob(".health.json*"))
 
     # The walk fetched the package's files, never what lies beside it.
@@ -223,7 +224,7 @@ def test_two_series_one_column_each_and_the_uncovered_commit(tmp_path: Path, pro
     assert [r["applies"] for r in rows] == [True, True, False, False]  # the recipe's own series, as before
 
     # --write keeps each series' states and the covering series, no upstream text.
-    assert json.loads(out.read_text()) == [
+    assert json.loads(out.read_text())["rows"] == [
         {"commit": r["commit"], "date": r["date"], "version": r["version"],
          "series": {n: s["states"] for n, s in r["series"].items()}, "covered_by": r["covered_by"]} for r in rows]
 

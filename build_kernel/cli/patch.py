@@ -43,7 +43,7 @@ def patch_check_cmd(opts: Options, commit: str | None) -> None:
 @click.option("--since", metavar="REF", help="Only commits after this one (a commit, branch or tag).")
 @click.option("--until", metavar="REF", help="Walk back from this branch, tag or full commit SHA (default: the recipe's [source] ref).")
 @click.option("--write", "write_to", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the rows (commit, date, version, states) as JSON to FILE, atomically.")
+              help="Also write the rows (commit, date, version, states) and each patch's need as JSON to FILE, atomically.")
 @click.option("--series", "also", multiple=True, metavar="SERIES/VERSION",
               help="Also check this series of the recipe's patches/ folder (e.g. sm120/v4) at the same commits: "
                    "one column per series, and the commits none of them covers. Repeatable.")
@@ -51,7 +51,9 @@ def patch_check_cmd(opts: Options, commit: str | None) -> None:
 @click.pass_obj
 def patch_health_cmd(opts: Options, since: str | None, until: str | None,
                      write_to: Path | None, also: tuple[str, ...]) -> None:
-    """The series' state at every upstream commit that changed the package version (a report: exit 0)."""
+    """The series' state at every upstream commit that changed the package version, and each patch: needed,
+    or the first upstream commit from which it is not (its reverse applies, or its Applied-Upstream header
+    names the fix). A report: exit 0."""
     from build_kernel.stages.patch import health as patch_health
 
     p = opts.plan()
@@ -59,7 +61,7 @@ def patch_health_cmd(opts: Options, since: str | None, until: str | None,
     health = patch_health.walk(p, since=since, until=until, offline=opts.offline, also=more)
     if write_to is not None:
         patch_health.write(health, write_to)
-    emit(opts, [row.to_dict() for row in health.rows], patch_health.render(health, [s.name for s in p.series.patches]))
+    emit(opts, patch_health.as_json(health), patch_health.render(health, [s.name for s in p.series.patches]))
 
 
 @patch_group.command("lock")

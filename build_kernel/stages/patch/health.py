@@ -24,39 +24,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_kernel import log, process
+from build_kernel import log
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.plan import Plan
 from build_kernel.series import Series, load_series
 from build_kernel.stages.fetch import remote as fetch
-from build_kernel.stages.fetch.mirror import NO_NETWORK, checkout
+from build_kernel.stages.fetch.mirror import checkout
 from build_kernel.stages.patch import apply as patches
+from build_kernel.stages.patch import upstreamed
+from build_kernel.stages.patch.healthreport import as_json as as_json
 from build_kernel.stages.patch.healthreport import render as render
 from build_kernel.stages.patch.healthreport import write as write
 from build_kernel.stages.patch.healthrows import Health, Row, SeriesAt
+from build_kernel.stages.patch.mirrorgit import git as _git
+from build_kernel.stages.patch.mirrorgit import out as _out
+from build_kernel.stages.patch.mirrorgit import rev_parse as _rev_parse
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def _git(repo: Path, *args: str, env: Mapping[str, str], stdin: str | None = None,
-         check: bool = False) -> process.CompletedProcess[str]:
-    """git in `repo`, in `env` (the plan's); a failure with `check` is a one-line FetchError."""
-    # Never a lazy fetch: the mirror is a partial clone, and what it lacks is fetched by fetch.ensure_commit.
-    return process.run(["git", "-C", repo, *args], error=FetchError, what=f"git {args[0]} in {repo}",
-                       fix="delete the mirror from the cache and retry" if check else None,
-                       env={**env, **NO_NETWORK}, stdin=stdin, check=check)
-
-
-def _out(repo: Path, *args: str, env: Mapping[str, str]) -> str:
-    return _git(repo, *args, env=env, check=True).stdout
-
-
-def _rev_parse(mirror: Path, ref: str, env: Mapping[str, str]) -> str | None:
-    proc = _git(mirror, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", env=env)
-    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True)
@@ -226,10 +213,48 @@ def other_series(plan: Plan, name: str) -> Series:
     return load_series(directory)
 
 
+class _Tree:
+    """One scratch clone for the walk and the search for where upstream caught up: check_series reads
+    HEAD, so moving HEAD is all a commit needs. The recipe's series' states are kept per commit."""
+
+    def __init__(self, get: _Fetcher, mirror: Path, tree: Path, pyproject: str) -> None:
+        self.get, self.mirror, self.tree, self.pyproject = get, mirror, tree, pyproject
+        self.url, self.offline, self.env = get.url, get.offline, get.env
+        self.made = False
+        self.seen: dict[str, tuple[patches.PatchStatus, ...]] = {}
+
+    def at(self, sha: str) -> Path:
+        src = self.get.plan.recipe.source
+        self.get(sha, src.paths)  # the package's files at this commit, as `patch check` fetches them
+        if not self.made:
+            checkout(self.mirror, sha, self.tree, paths=src.paths).close()
+            self.made = True
+        else:
+            _out(self.tree, "checkout", "--quiet", "--force", "--detach", sha, env=self.env)
+        return self.tree
+
+    def check(self, sha: str, series: Series) -> tuple[patches.PatchStatus, ...]:
+        plan = self.get.plan
+        return tuple(patches.check_series(self.at(sha), series, plan.recipe.source.subdir, env=plan.env))
+
+    def statuses(self, sha: str) -> tuple[patches.PatchStatus, ...]:
+        if sha not in self.seen:
+            self.seen[sha] = self.check(sha, self.get.plan.series)
+        return self.seen[sha]
+
+    def fetch_commit(self, sha: str) -> bool:
+        try:
+            self.get(sha, (self.pyproject,))  # the commit; one small file, not every blob of its tree
+        except FetchError:
+            return False
+        return True
+
+
 def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offline: bool = False,
          also: tuple[Series, ...] = ()) -> Health:
     """`patches.check_series` at every version change of the recipe's package, oldest first;
-    `also`: more series checked at the same commits (one column each)."""
+    `also`: more series checked at the same commits (one column each). Then each patch of the recipe's
+    series: needed at the newest, or from which commit not (upstreamed.py)."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
     get = _Fetcher(plan, url, offline)
@@ -237,24 +262,20 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
     mirror, until_sha = _until(get, until, path)
     since_sha = _since(get, mirror, since, path) if since else None
     _ensure_history(get, mirror, until_sha, since_sha, path)
-    commits = version_commits(get, mirror, until_sha, since_sha, path)
     rows = []
-    with log.step(f"patch health: {len(commits)} version change(s) of {path} up to {until_sha[:12]}"), \
-            tempfile.TemporaryDirectory(prefix="bk-health-") as tmp:
-        tree = Path(tmp) / "tree"
-        for i, (sha, date, version) in enumerate(commits):
-            get(sha, src.paths)  # the package's files at this commit, as `patch check` fetches them
-            if i == 0:
-                checkout(mirror, sha, tree, paths=src.paths).close()
-            else:
-                # One scratch clone for the walk: check_series reads HEAD, so moving HEAD is all it needs.
-                _out(tree, "checkout", "--quiet", "--force", "--detach", sha, env=plan.env)
-            statuses = tuple(patches.check_series(tree, plan.series, src.subdir, env=plan.env))
-            compared = (SeriesAt(plan.series.name, statuses),
-                        *(SeriesAt(s.name, tuple(patches.check_series(tree, s, src.subdir, env=plan.env)))
-                          for s in also)) if also else ()
-            rows.append(Row(sha, date, version, statuses, compared))
-            log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
-                     + (", ".join(f"{c.name} {'applies' if c.applies else 'does not apply'}" for c in compared)
-                        or ("applies" if rows[-1].applies else "does not apply")))
-    return Health(url, until_sha, since_sha, tuple(rows), (plan.series.name, *(s.name for s in also)) if also else ())
+    with tempfile.TemporaryDirectory(prefix="bk-health-") as tmp:
+        tree = _Tree(get, mirror, Path(tmp) / "tree", path)
+        fixes = upstreamed.resolve(plan.series.patches, tree)  # a bad header fails before the walk says a word
+        commits = version_commits(get, mirror, until_sha, since_sha, path)
+        with log.step(f"patch health: {len(commits)} version change(s) of {path} up to {until_sha[:12]}"):
+            for i, (sha, date, version) in enumerate(commits):
+                statuses = tree.statuses(sha)
+                compared = (SeriesAt(plan.series.name, statuses),
+                            *(SeriesAt(s.name, tree.check(sha, s)) for s in also)) if also else ()
+                rows.append(Row(sha, date, version, statuses, compared, upstreamed.fixed_at(sha, fixes, tree)))
+                log.info(f"  {i + 1}/{len(commits)} {sha[:12]} {version}: "
+                         + (", ".join(f"{c.name} {'applies' if c.applies else 'does not apply'}" for c in compared)
+                            or ("applies" if rows[-1].applies else "does not apply")))
+            retired = upstreamed.retire(rows, plan.series.patches, fixes, tree, since_sha, src.subdir)
+    return Health(url, until_sha, since_sha, tuple(rows), (plan.series.name, *(s.name for s in also)) if also else (),
+                  retired)

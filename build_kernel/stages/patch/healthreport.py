@@ -17,9 +17,15 @@ from build_kernel.stages.patch import apply as patches
 from build_kernel.stages.patch.healthrows import Health, Row
 
 
+def as_json(health: Health) -> dict[str, object]:
+    """What `--json` prints: every row in full, and each patch of the recipe's series (needed or since when not)."""
+    return {"rows": [row.to_dict() for row in health.rows], "patches": [p.to_dict() for p in health.patches]}
+
+
 def write(health: Health, path: Path) -> None:
-    """The rows' records as JSON, replacing `path` only when complete."""
-    text = json.dumps([row.record() for row in health.rows], indent=2) + "\n"
+    """The rows' records and each patch's need as JSON, replacing `path` only when complete."""
+    record = {"rows": [row.record() for row in health.rows], "patches": [p.to_dict() for p in health.patches]}
+    text = json.dumps(record, indent=2) + "\n"
     try:
         atomic.write_text(path, text)
     except OSError as exc:
@@ -34,8 +40,22 @@ def labels(names: list[str]) -> list[str]:
     return [str(i + 1) for i in range(len(names))]
 
 
+def needs(health: Health) -> list[Text]:
+    """One line per patch of the recipe's series, then how many upstream no longer needs."""
+    if not health.patches:
+        return []
+    width = max(len(p.name) for p in health.patches)
+    lines = [Text(f"each patch at {health.rows[-1].version} ({health.rows[-1].commit[:9]}):")]
+    lines += [Text(f"  {p.name:<{width}}  {p.says()}") for p in health.patches]
+    gone = [p.name.split("-", 1)[0] for p in health.patches if p.since]
+    lines.append(Text(f"not needed any more: {len(gone)} of {len(health.patches)} patches"
+                      + (f" ({', '.join(gone)}: leave out of the series' next version)" if gone else "")))
+    return lines
+
+
 _SHORT = {patches.APPLIES: styled("ok", "green"), patches.OFFSET: styled("offset", "yellow"),
           patches.UPSTREAM: styled("upstream", "red"), patches.CONFLICT: styled("CONFLICT", "red")}
+_FIXED = styled("fixed", "cyan")
 
 
 def render(health: Health, names: list[str]) -> Group:
@@ -49,11 +69,15 @@ def render(health: Health, names: list[str]) -> Group:
         table.add_column(heading, no_wrap=True)
     for row in health.rows:
         states = row.states()
-        table.add_row(row.commit[:9], row.date, row.version, *(_SHORT.get(states.get(n, ""), "-") for n in names),
+        table.add_row(row.commit[:9], row.date, row.version,
+                      *(_FIXED if n in row.fixed and states.get(n) != patches.UPSTREAM else _SHORT.get(states.get(n, ""), "-")
+                        for n in names),
                       styled("yes", "green") if row.applies else styled("no", "red"))
     legend = [Text(f"{h}  {n}") for h, n in zip(heads, names, strict=True)]
+    if any(row.fixed for row in health.rows):
+        legend.append(Text("fixed: upstream has the patch's Applied-Upstream commit"))
     summary = f"series applies whole at {health.whole} of {len(health.rows)} commits"
-    return Group(table, Text(""), *legend, Text(summary))
+    return Group(table, Text(""), *legend, Text(summary), *needs(health))
 
 
 def _cell(row: Row, name: str) -> Text:
@@ -83,4 +107,4 @@ def render_compared(health: Health) -> Group:
     for row in health.uncovered:
         why = "; ".join(f"{c.name}: {c.why_not()}" for c in row.compared)
         lines.append(Text(f"not covered: {row.version} {row.commit[:9]} ({why})"))
-    return Group(table, Text(""), *lines)
+    return Group(table, Text(""), *lines, *needs(health))
