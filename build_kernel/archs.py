@@ -1,13 +1,19 @@
-"""CUDA arch spellings (`12.0a`, `sm_120a`, `120a`, `compute_120a`) normalised to one form."""
+"""CUDA arch spellings (`12.0a`, `sm_120a`, `120a`, `compute_120a`, `8.6+PTX`) normalised to one form.
+
+Spelling only: which archs exist is the toolkit's answer (`nvcc --list-gpu-arch`, read by
+build_kernel.targets), with CUDA 13.0's list below as the fallback where no nvcc is found.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# Archs nvcc 12.8-13.x knows; "a" (arch-specific) and "f" (family) need 9.0+ / 10.0+.
+# What nvcc 13.0 lists (`--list-gpu-arch`): the table used where no nvcc can be asked. "a" (arch-specific)
+# and "f" (family) variants exist from 9.0 / 10.0.
 KNOWN = ("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
-_SPELLING = re.compile(r"^(?:sm_|compute_)?(\d{1,2})\.?(\d)([af]?)$")
+_SPELLING = re.compile(r"^(?:sm_|compute_)?(\d{1,2})\.?(\d)([af]?)(\+ptx)?$", re.I)
+NATIVE = "native"
 
 
 class ArchSpellingError(ValueError):
@@ -16,16 +22,23 @@ class ArchSpellingError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class Arch:
-    """One CUDA target, e.g. Arch(12, 0, "a") for sm_120a."""
+    """One CUDA target, e.g. Arch(12, 0, "a") for sm_120a. `ptx` (torch's `+PTX`) also embeds PTX for GPUs
+    newer than the wheel; it is a request about the same target, so it takes no part in equality."""
 
     major: int
     minor: int
     suffix: str = ""
+    ptx: bool = field(default=False, compare=False)
 
     @property
     def torch(self) -> str:
-        """The TORCH_CUDA_ARCH_LIST spelling: `12.0a`."""
-        return f"{self.major}.{self.minor}{self.suffix}"
+        """The TORCH_CUDA_ARCH_LIST spelling: `12.0a`, `8.6+PTX`."""
+        return f"{self.major}.{self.minor}{self.suffix}{'+PTX' if self.ptx else ''}"
+
+    @property
+    def cc(self) -> str:
+        """The compute capability it runs on: `12.0`."""
+        return f"{self.major}.{self.minor}"
 
     @property
     def sm(self) -> str:
@@ -48,20 +61,19 @@ def parse_arch(text: str) -> Arch:
     """Parse one spelling; raise ArchSpellingError with the accepted forms."""
     m = _SPELLING.match(text.strip())
     if not m:
+        if text.strip().lower() == NATIVE:
+            raise ArchSpellingError(f"arch {NATIVE!r} is for the command line (--arch native, ARCH=native): "
+                                    "a recipe names its archs, e.g. [\"12.0a\"]")
         raise ArchSpellingError(
-            f"unknown arch {text!r}: write it as 12.0a, sm_120a or 120a"
+            f"unknown arch {text!r}: write it as 12.0a, sm_120a, 120a or 8.6+PTX"
         )
-    digits, minor, suffix = m.groups()
+    digits, minor, suffix, ptx = m.groups()
     # `120a` has no dot: the last digit is the minor.
     major = int(digits)
-    arch = Arch(major, int(minor), suffix)
-    if arch.torch.rstrip("af") not in KNOWN:
-        raise ArchSpellingError(
-            f"unknown arch {text!r}: known archs are {', '.join(KNOWN)} (with a or f suffix from 9.0/10.0)"
-        )
+    suffix = suffix.lower()
     if (suffix == "a" and major < 9) or (suffix == "f" and major < 10):
         raise ArchSpellingError(f"arch {text!r} has no '{suffix}' variant: drop the suffix")
-    return arch
+    return Arch(major, int(minor), suffix, ptx=bool(ptx))
 
 
 def parse_arch_list(value: str | list[str]) -> tuple[Arch, ...]:
@@ -76,8 +88,11 @@ def parse_arch_list(value: str | list[str]) -> tuple[Arch, ...]:
             except ArchSpellingError as exc:
                 bad.append(str(exc))
                 continue
-            if arch not in archs:
-                archs.append(arch)
+            if arch in archs:  # the same target twice: one entry, with PTX if either asked it
+                i = archs.index(arch)
+                archs[i] = Arch(arch.major, arch.minor, arch.suffix, ptx=archs[i].ptx or arch.ptx)
+                continue
+            archs.append(arch)
     if bad:
         raise ArchSpellingError("; ".join(bad))
     if not archs:

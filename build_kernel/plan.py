@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from build_kernel import fa3_variants
+from build_kernel import fa3_variants, targets
 from build_kernel import mirrors as mirrors_config
 from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list, torch_arch_list
 from build_kernel.errors import RecipeError
-from build_kernel.recipe import Recipe, check_fp4
+from build_kernel.recipe import Recipe
 from build_kernel.resources import JobPlan, Resources, given_jobs, plan_jobs, probe
 from build_kernel.series import Series, load_series
 
@@ -55,6 +55,8 @@ class Plan:
     mirrors: mirrors_config.Mirrors = mirrors_config.Mirrors()
     # The FA3 kernels a 9.0a build compiles ([build] fa3*), resolved once: defines, plan and cache key agree.
     fa3: fa3_variants.Variants = fa3_variants.ALL
+    # Which archs exist, as the toolkit the build would find lists them (or CUDA 13.0's list without one).
+    toolkit: targets.Toolkit | None = None
     # The environment the plan was resolved in: the base of every child's environment.
     # Stage code reads this, never os.environ.
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -110,7 +112,10 @@ class Plan:
             },
             "toolchain": dict(vars(r.toolchain)),
             "archs": {"list": [a.torch for a in self.archs], "sm": [a.sm for a in self.archs],
-                      "TORCH_CUDA_ARCH_LIST": self.arch_list, "source": self.arch_source, "fp4": r.build.fp4},
+                      "TORCH_CUDA_ARCH_LIST": self.arch_list, "source": self.arch_source, "fp4": r.build.fp4,
+                      "toolkit": self.toolkit.source if self.toolkit else None,
+                      "fp4_archs": [a.torch for a in targets.fp4_archs(self.archs, r.build.fp4)],
+                      "per_arch": [asdict(row) for row in targets.arch_rows(self.archs, r.verify, r.build.fp4)]},
             "jobs": self.jobs.to_dict(),
             "nvcc_threads": r.build.nvcc_threads,
             "backend": r.build.backend,
@@ -167,23 +172,27 @@ def resolve(
     arch_value, arch_source = _pick(arch, env, "ARCH", None)
     if arch_value is None:
         archs = recipe.build.arch
+        where = f"recipe {recipe.name} build.arch ({recipe.origins.get('build.arch', recipe.path)})"
     else:
         try:
-            archs = parse_arch_list(arch_value)
+            archs = parse_arch_list(targets.native(str(arch_value)))
         except ArchSpellingError as exc:
             # Build systems often export ARCH as the CPU (x86_64, aarch64): say where it came from and how to stop it.
             cpu = arch_source == "environment ARCH" and _CPU_ARCH.match(str(arch_value).strip())
             fix = (f" (ARCH={arch_value} names a CPU, as build systems often set it, not a CUDA arch: unset ARCH, or "
                    "pass --arch 12.0a to override it)" if cpu else "")
             raise RecipeError([f"{arch_source}: arch: {exc}{fix}"]) from None
-        if recipe.build.fp4:
-            problems: list[str] = []
-            check_fp4(archs, lambda msg: problems.append(f"{arch_source}: arch: {msg} (recipe {recipe.name} sets fp4 = true)"))
-            if problems:
-                raise RecipeError(problems)
+        where = arch_source
+    kit = targets.toolkit(env)
+    b = recipe.build
+    problems = [f"{where}: arch: {msg}" for msg in targets.problems(
+        archs, kit, min_arch=b.min_arch, min_arch_reason=b.min_arch_reason, source=f"recipe {recipe.name}")]
+    if arch_value is not None and (fp4 := targets.fp4_problem(archs, b.fp4, recipe.name)):
+        problems.append(f"{arch_source}: arch: {fp4}")
+    if problems:
+        raise RecipeError(problems)
     res = resources or probe()
     jobs_value, jobs_source = _pick(jobs, env, "MAX_JOBS", recipe.build.jobs)
-    b = recipe.build
     if jobs_value == "auto":
         job_plan = plan_jobs(res, job_memory_gb=b.job_memory_gb, nvcc_threads=b.nvcc_threads,
                              n_archs=len(archs), reserve_gb=b.reserve_gb)
@@ -214,6 +223,7 @@ def resolve(
         resources=res,
         mirrors=mirrors_config.load(env),
         fa3=_fa3(recipe, archs, series, env),
+        toolkit=kit,
         env=dict(env),
     )
 

@@ -111,6 +111,17 @@ def read_names(directory: Path) -> list[str]:
     return names
 
 
+def pool_names(directory: Path) -> set[str]:
+    """The patch names (no suffix, no `@sha8`) of the pool beside a version folder, and of every sibling
+    version's series: the patches this series has, whichever versions apply them."""
+    pool = patchpool.pool_of(directory)
+    names = {p.stem.split("@", 1)[0] for p in patchpool.patch_files(pool)} if pool else set()
+    for sibling in directory.parent.iterdir():
+        if (sibling / "series").is_file():
+            names |= {n.removesuffix(".patch").removesuffix(".diff") for n in read_names(sibling)}
+    return names
+
+
 def read_lock(directory: Path, *, required: bool = True) -> dict[str, str]:
     """name -> sha256 from the version's lock ({} when there is none and it is not `required`)."""
     lock = directory / LOCK

@@ -64,9 +64,13 @@ def test_pipeline_dry_run_prints_the_resolved_plan_and_touches_nothing(sandbox: 
     code, out = _dry(sandbox, "--recipe", RECIPE, "--dry-run")
     assert code == 0, out
     # The plan, as `plan` prints it, before the stage table.
-    assert "0753182b" in out and "TORCH_CUDA_ARCH_LIST=12.0a" in out and "torch" in out
-    assert "patches/sm120/v4" in out or "sm120/v4" in out
+    assert "0753182b" in out and "12.0a: loads sgl_kernel/sm100/common_ops*" in out and "torch" in out
+    assert "sm120/v4" in out
     assert "planned" in out
+    # The answer first: the archs before the stage table, where values came from only on request.
+    assert out.index("archs") < out.index("planned") and "TORCH_CUDA_ARCH_LIST=" not in out
+    code, out = _dry(sandbox, "--recipe", RECIPE, "--dry-run", "--explain")
+    assert code == 0 and "TORCH_CUDA_ARCH_LIST=12.0a" in out and "from  " not in out.split("archs")[0]
 
 
 def test_jit_prewarm_dry_run_creates_no_environment(sandbox: dict[str, Path]) -> None:

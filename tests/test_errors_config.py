@@ -111,20 +111,29 @@ def test_invalid_user_config_toml(tmp_path: Path, env: dict[str, str], cache: Pa
 # --- plan.py: --arch / ARCH and --jobs / MAX_JOBS overrides (exit 2) -----------------------------
 
 @pytest.mark.parametrize("override,where,message", [
-    (["--arch", "12.0x"], "command line", "unknown arch '12.0x': write it as 12.0a, sm_120a or 120a"),
+    (["--arch", "12.0x"], "command line", "unknown arch '12.0x': write it as 12.0a, sm_120a, 120a or 8.6+PTX"),
     (["--arch", "8.0a"], "command line", "arch '8.0a' has no 'a' variant: drop the suffix"),
     (["--arch", ","], "command line", "empty arch list: name at least one arch, e.g. 12.0a"),
-    ({"ARCH": "sm_120x"}, "environment ARCH", "unknown arch 'sm_120x': write it as 12.0a, sm_120a or 120a"),
-    ({"ARCH": "13.0a"}, "environment ARCH",
-     "unknown arch '13.0a': known archs are 7.5, 8.0, 8.6, 8.7, 8.8, 8.9, 9.0, 10.0, 10.3, 11.0, 12.0, 12.1"
-     " (with a or f suffix from 9.0/10.0)"),
-], ids=["cli-spelling", "cli-no-a-variant", "cli-empty", "env-spelling", "env-unknown"])
+    ({"ARCH": "sm_120x"}, "environment ARCH", "unknown arch 'sm_120x': write it as 12.0a, sm_120a, 120a or 8.6+PTX"),
+    ({"ARCH": "12.0a;12.0f"}, "environment ARCH",
+     "12.0a and 12.0f both target compute capability 12.0: keep one (12.0a: this GPU's own instructions; "
+     "12.0f: the 12.x family)"),
+], ids=["cli-spelling", "cli-no-a-variant", "cli-empty", "env-spelling", "env-twins"])
 def test_bad_arch_override_refuses_the_plan(override: list[str] | dict[str, str], where: str, message: str,
                                             env: dict[str, str], cache: Path) -> None:
     args = override if isinstance(override, list) else []
     extra = override if isinstance(override, dict) else {}
     lines = refused("fetch", "--offline", "--recipe", "demo", *args, env={**env, **extra}, code=2)
     assert lines == [f"error: {where}: arch: {message}"]
+    assert not cache.exists()
+
+
+def test_arch_the_toolkit_does_not_list_names_its_list(env: dict[str, str], cache: Path) -> None:
+    """The archs that exist are the toolkit's (`nvcc --list-gpu-arch`), not a hand list."""
+    [line] = refused("fetch", "--offline", "--recipe", "demo", env={**env, "ARCH": "13.0a"}, code=2)
+    assert line.startswith("error: environment ARCH: arch: 13.0a: not an arch this toolkit can target (nvcc --list-gpu-arch (")
+    assert line.endswith("7.5, 8.0, 8.6, 8.7, 8.8, 8.9, 9.0, 10.0, 10.3, 11.0, 12.0, 12.1); name one of those, or install a "
+                         "CUDA toolkit that knows it")
     assert not cache.exists()
 
 
@@ -215,10 +224,10 @@ RECIPE_PROBLEMS = [
     ("libraries-default", BASE + '[verify]\nlibraries_default = "all"\n', 14,
      "verify.libraries_default: 'all' is not one of asked, any (e.g. libraries_default = \"asked\")"),
     ("library-rule-archs", BASE + '[verify.libraries."lib*.so"]\narchs = ["asked", "12.0x"]\n', 14,
-     'verify.libraries."lib*.so".archs: unknown arch \'12.0x\': write it as 12.0a, sm_120a or 120a'
+     'verify.libraries."lib*.so".archs: unknown arch \'12.0x\': write it as 12.0a, sm_120a, 120a or 8.6+PTX'
      ' (arch names, or "asked")'),
     ("library-rule-when-asked", BASE + '[verify.libraries."lib*.so"]\nwhen_asked = ["asked"]\n', 14,
-     'verify.libraries."lib*.so".when_asked: unknown arch \'asked\': write it as 12.0a, sm_120a or 120a'
+     'verify.libraries."lib*.so".when_asked: unknown arch \'asked\': write it as 12.0a, sm_120a, 120a or 8.6+PTX'
      ' (arch names, e.g. ["9.0a"])'),
     ("source-repo-missing", _without('repo = "https://example.invalid/x.git"'), LINE_NOT_FOUND,
      "source.repo: missing (set the git URL or path to build from)"),

@@ -26,7 +26,7 @@ def _write(path: Path, text: str) -> Path:
 
 def test_extends_by_name_finds_the_projects_recipe_from_anywhere(tmp_path: Path) -> None:
     overlay = _write(tmp_path / "site" / "ours.toml", """
-        extends = "nightly-cu130-pruned"
+        extends = "nightly-cu130"
         [build]
         jobs = 3
     """)
@@ -74,13 +74,13 @@ def test_a_child_series_of_its_own_without_the_parents_version(tmp_path: Path) -
     site = tmp_path / "site"
     write_series(site, "site-fixes", "v1", {})
     overlay = _write(site / "recipes" / "ours.toml", """
-        extends = "nightly-cu130-pruned"
+        extends = "nightly-cu130"
         [patches]
         series = "site-fixes"
     """)
     # The parent's version (v8) belongs to its series: a series of one's own names its version too.
     with pytest.raises(RecipeError, match=r"ours.toml:3: patches.version: missing: series 'site-fixes' is set here, "
-                                          r"the version v8 inherited from .*nightly-cu130-pruned.toml is sm120's"):
+                                          r"the version v8 inherited from .*nightly-cu130.toml is sm120's"):
         recipe.load(str(overlay))
     overlay.write_text(overlay.read_text() + 'version = "v1"\n')
     r = recipe.load(str(overlay))
@@ -91,15 +91,15 @@ def test_an_overlay_outside_the_checkout_picks_another_version_of_its_parents_se
     # Found writing the H200's unpruned reference overlay in /tmp: a version of the project's series named by an
     # overlay outside the checkout was looked for in <overlay>/../patches ("no series file at /tmp/patches/...").
     overlay = _write(tmp_path / "ov" / "unpruned.toml", """
-        extends = "nightly-cu130-pruned"
+        extends = "nightly-cu130"
         [patches]
         version = "v7-unpruned"
     """)
     r = recipe.load(str(overlay))
     assert r.series_dir == REPO_ROOT / "patches/sm120/v7-unpruned" and (r.series_dir / "series").is_file()
-    overlay.write_text('extends = "nightly-cu130-pruned"\n[patches]\nversion = "v99"\n')
+    overlay.write_text('extends = "nightly-cu130"\n[patches]\nversion = "v99"\n')
     with pytest.raises(RecipeError, match=rf"unpruned.toml:3: patches.version: no series file at {REPO_ROOT}/patches/sm120/v99/series "
-                                          r"\(versions of sm120: v1, v2, .*, v7-unpruned, v8\)"):
+                                          r"\(versions of sm120: r0.3.21, v1, v2, .*, v7-unpruned, v8\)"):
         recipe.load(str(overlay))
 
 
@@ -107,21 +107,21 @@ def test_a_child_fa3_choice_replaces_the_parents_listed_variants(tmp_path: Path)
     # The parent lists FA3's variants (fa3 = "listed"); a child asking for all of them cannot remove those keys,
     # which were refused as "read only with fa3 = listed" before.
     overlay = _write(tmp_path / "ov" / "all.toml", """
-        extends = "nightly-cu130-pruned"
+        extends = "nightly-cu130"
         [build]
         fa3 = "all"
     """)
     r = recipe.load(str(overlay))
     assert (r.build.fa3, r.build.fa3_head_dims, r.build.fa3_dtypes) == ("all", (), ())
     # Only the listing changed: the parent's choice and dtypes stay.
-    overlay.write_text('extends = "nightly-cu130-pruned"\n[build]\nfa3_head_dims = ["64", "256"]\n')
+    overlay.write_text('extends = "nightly-cu130"\n[build]\nfa3_head_dims = ["64", "256"]\n')
     r = recipe.load(str(overlay))
     assert (r.build.fa3, r.build.fa3_head_dims, r.build.fa3_dtypes) == ("listed", ("64", "256"), ("bf16",))
 
 
 def test_plan_says_where_each_value_came_from(tmp_path: Path) -> None:
     overlay = _write(tmp_path / "site" / "pinned.toml", f"""
-        extends = "nightly-cu130-pruned"
+        extends = "nightly-cu130"
         [deps.repo-triton]
         commit = "{TRITON}"
     """)
@@ -131,9 +131,11 @@ def test_plan_says_where_each_value_came_from(tmp_path: Path) -> None:
     assert origins["deps.repo-triton.commit"] == f"{overlay}:3"
     paths_line = _line('paths = ["python/triton_kernels"]')
     assert origins["deps.repo-triton.paths"] == f"{REPO_ROOT / 'recipes/nightly-cu130.toml'}:{paths_line}"
-    assert origins["patches.version"].startswith(f"{REPO_ROOT / 'recipes/nightly-cu130-pruned.toml'}:")
+    assert origins["patches.version"].startswith(f"{REPO_ROOT / 'recipes/nightly-cu130.toml'}:")
     assert "deps.repo-triton.tag" not in origins
-    table = run_cli("plan", "--recipe", str(overlay)).stdout
+    # The answer first: where values came from is on request (--explain), and always in --json.
+    assert f"({overlay}:3)" not in run_cli("plan", "--recipe", str(overlay)).stdout
+    table = run_cli("plan", "--explain", "--recipe", str(overlay)).stdout
     assert f"deps.repo-triton.commit = \"{TRITON}\"  ({overlay}:3)" in table
 
 

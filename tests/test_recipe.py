@@ -57,7 +57,8 @@ def test_arch_list_forms_and_order() -> None:
     assert [a.torch for a in archs] == ["9.0a", "12.0a", "10.0a"]
 
 
-@pytest.mark.parametrize("bad,needle", [("13.0", "known archs"), ("abc", "write it as"), ("8.0a", "no 'a' variant")])
+@pytest.mark.parametrize("bad,needle", [("12.0x", "write it as"), ("abc", "write it as"), ("8.0a", "no 'a' variant"),
+                                        ("native", "is for the command line")])
 def test_unknown_arch_spelling(bad: str, needle: str) -> None:
     with pytest.raises(ArchSpellingError, match=needle):
         parse_arch(bad)
@@ -92,17 +93,40 @@ def test_branch_name_is_refused_unless_floating_allowed(root: Path) -> None:
 
 
 def test_unknown_arch_in_recipe(root: Path) -> None:
-    [line] = problems(root, "arch", GOOD.replace('["12.0a"]', '["12.0a", "sm_999"]'))
-    assert "arch.toml:9: build.arch: unknown arch 'sm_999'" in line
+    [line] = problems(root, "arch", GOOD.replace('["12.0a"]', '["12.0a", "sm_12x"]'))
+    assert "arch.toml:9: build.arch: unknown arch 'sm_12x'" in line
+
+
+def test_arch_the_toolkit_lacks_in_recipe_names_file_and_line(root: Path) -> None:
+    """Which archs exist is the toolkit's answer: an arch nvcc does not list is refused by the plan, citing
+    the recipe line that asked it."""
+    write_recipe(root, "future", GOOD.replace('["12.0a"]', '["12.0a", "sm_999"]'))
+    with pytest.raises(RecipeError) as info:
+        resolve(recipe.load("future", root), env={}, resources=FAKE_RES)
+    [line] = info.value.problems
+    assert "recipe future build.arch (" in line and "future.toml:9" in line
+    assert "99.9: not an arch this toolkit can target" in line and "12.0" in line
 
 
 @pytest.mark.parametrize("archs,needle", [
     ('["12.0"]', "use 12.0a instead of 12.0"),
-    ('["9.0a"]', "need an arch >= 10.0 with 'a'"),
+    ('["9.0a"]', "9.0a has none"),
 ])
-def test_fp4_needs_an_arch_specific_blackwell_target(root: Path, archs: str, needle: str) -> None:
-    [line] = problems(root, "fp4", GOOD.replace('["12.0a"]', archs))
-    assert needle in line
+def test_fp4_required_needs_an_arch_specific_blackwell_target(root: Path, archs: str, needle: str) -> None:
+    [line] = problems(root, "fp4", GOOD.replace('["12.0a"]', archs).replace("fp4 = true", 'fp4 = "required"'))
+    assert needle in line and 'fp4 = "required"' in line and "fp4 = true" in line
+
+
+@pytest.mark.parametrize("archs", ['["12.0"]', '["9.0a"]', '["8.6"]'])
+def test_fp4_true_builds_without_fp4_where_no_arch_has_it(root: Path, archs: str) -> None:
+    write_recipe(root, "nofp4", GOOD.replace('["12.0a"]', archs))
+    plan = resolve(recipe.load("nofp4", root), env={}, resources=FAKE_RES)
+    assert plan.to_dict()["archs"]["fp4_archs"] == []
+
+
+def test_fp4_value_must_be_true_false_or_required(root: Path) -> None:
+    [line] = problems(root, "fp4word", GOOD.replace("fp4 = true", 'fp4 = "yes"'))
+    assert "build.fp4: 'yes' is not true, false or \"required\"" in line
 
 
 def test_malformed_toml_has_line_and_column(root: Path) -> None:
@@ -138,7 +162,8 @@ def test_missing_patch_series_folder(root: Path) -> None:
 
 
 def test_all_problems_reported_at_once(root: Path) -> None:
-    lines = problems(root, "many", GOOD.replace(SHA, "abc").replace('["12.0a"]', '["12.0"]') + "colour = 1\n")
+    lines = problems(root, "many", GOOD.replace(SHA, "abc").replace("fp4 = true", 'fp4 = "required"')
+                     .replace('["12.0a"]', '["12.0"]') + "colour = 1\n")
     assert len(lines) == 3
 
 
@@ -242,8 +267,11 @@ def test_precedence_cli_over_env_over_recipe(root: Path) -> None:
 
 
 def test_env_arch_is_checked_against_fp4(root: Path) -> None:
-    with pytest.raises(RecipeError, match="environment ARCH: arch: FP4 kernels need the arch-specific target"):
-        resolve(recipe.load("good", root), env={"ARCH": "12.0"}, resources=FAKE_RES)
+    write_recipe(root, "must", GOOD.replace("fp4 = true", 'fp4 = "required"'))
+    with pytest.raises(RecipeError, match=r"environment ARCH: arch: FP4 kernels need an arch-specific 10\.0"):
+        resolve(recipe.load("must", root), env={"ARCH": "12.0"}, resources=FAKE_RES)
+    # fp4 = true: the same arch plans, without FP4.
+    assert resolve(recipe.load("good", root), env={"ARCH": "12.0"}, resources=FAKE_RES).arch_list == "12.0"
 
 
 def test_auto_jobs_from_memory(root: Path) -> None:
@@ -266,7 +294,10 @@ def test_plan_json_for_nightly_recipe() -> None:
     plan = json.loads(proc.stdout)
     # The seed's stack: SGLang main of 2026-03-06, the last with NVFP4 kernels prebuilt.
     assert plan["source"]["commit"] == "6ffc74efd7d23627c0245efb61af7f62cde4a970"
-    assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v2"
+    # The card's recipe is the best measured path: the pruned series with the CUDA 13 memcpy fix (0009).
+    assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v8"
+    assert "0009-cuda13-memcpy-batch-signature.patch" in [p["name"] for p in plan["patches"]["patches"]]
+    assert plan["patches"]["left_out"] == {}
     deps = {d["name"]: d for d in plan["deps"]}
     assert deps["repo-deepgemm"]["commit"] == "ffe2b6b97420a9f8c58268ca55755168e6e2f360"
     assert deps["repo-triton"]["tag"] == "v3.5.1" and deps["repo-flashmla"]["submodules"] == ["csrc/cutlass"]
@@ -302,7 +333,10 @@ def test_plan_says_which_cuda_toolkit_and_why() -> None:
 def test_release_recipe_extends_nightly_with_its_own_pins() -> None:
     r = recipe.load("sgl-kernel-0.3.21")
     deps = {d.name: d for d in r.deps}
-    assert r.source.commit == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" and r.patches.version == "v2"
+    assert r.source.commit == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" and r.patches.version == "r0.3.21"
+    # v8's patches that do not apply at the release, each with why (plan shows them).
+    assert sorted(r.patches.omitted) == ["0005-prune-arch-dispatch", "0007-unity-batches", "0008-prune-sparse-flash-attn",
+                                         "0009-cuda13-memcpy-batch-signature", "0010-fa3-variants"]
     # The real dead pin: reachable only from refs/pull/15/head of DeepGEMM.
     assert deps["repo-deepgemm"].commit == "54f99a8af537b3c6eb4819b69907ccbe2b600792"
     assert deps["repo-deepgemm"].paths == ("csrc", "deep_gemm")  # inherited key by key

@@ -27,9 +27,11 @@ __all__ = ["cli", "main"]
 @click.option("--dry-run", is_flag=True, help="Pipeline: print the resolved plan and stages, run nothing.")
 @click.option("--gpu-check", default="", metavar="MODULE:FUNC", help="Pipeline: GPU check to run in verify.")
 @click.option("--recheck", is_flag=True, help="Pipeline: run verify's checks even when the wheel's record matches.")
+@click.option("--explain", is_flag=True, help="Pipeline with --dry-run: the plan with where each value came from (as "
+                                              "`plan --explain`).")
 @click.version_option(__version__)
 @click.pass_context
-def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck: bool) -> None:
+def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck: bool, explain: bool) -> None:
     """Build GPU kernel libraries from pinned, patched source.
 
     `build-kernel --recipe NAME` runs the whole pipeline; each stage is also a command.
@@ -37,7 +39,7 @@ def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck:
     opts = ctx.ensure_object(Options)
     if ctx.invoked_subcommand is None:
         if not opts.recipe:
-            if dry_run or force or recheck or gpu_check:
+            if dry_run or force or recheck or gpu_check or explain:
                 # A pipeline flag alone is a mistake, not a request for help (which would exit 0).
                 raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
             click.echo(ctx.get_help())
@@ -48,12 +50,13 @@ def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck:
         result = pipeline.run(p, offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
                               recheck=recheck)
         if dry_run:
-            from rich.console import Group
-
             from build_kernel.cli.info import describe_plan
 
             # What --help promises: the resolved plan (as `plan` prints it), then the stages.
-            emit(opts, result, Group(describe_plan(p)[1], pipeline.render(result)))
+            text = describe_plan(p, explain=explain, offline=opts.offline)[1]
+            if not opts.json:
+                click.echo(text + "\n")  # plain lines, never wrapped; the stages' table below it
+            emit(opts, result, pipeline.render(result))
             return
         emit(opts, result, pipeline.render(result))
 

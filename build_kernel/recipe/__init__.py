@@ -22,7 +22,6 @@ from build_kernel.recipe.model import (
     Verify,
 )
 from build_kernel.recipe.reference import reference_markdown
-from build_kernel.recipe.rules import check_fp4
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -39,7 +38,6 @@ __all__ = [
     "Source",
     "Toolchain",
     "Verify",
-    "check_fp4",
     "list_recipes",
     "load",
     "recipes_dir",

@@ -62,6 +62,13 @@ def _to_jobs(value: Any) -> int | str:
     return value
 
 
+def _to_fp4(value: Any) -> bool | str:
+    # "required" versus another string is `_check`'s business.
+    if not isinstance(value, (bool, str)):
+        raise _Bad('true, false or "required"', True)
+    return value
+
+
 def _to_strings(value: Any) -> tuple[str, ...]:
     # A bare string is refused, not split: `"a b"` could mean one item or two.
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -101,7 +108,7 @@ def _to_archs(value: Any) -> tuple[Arch, ...]:
 
 
 _CONVERTERS: dict[Any, Callable[[Any], Any]] = {
-    str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs,
+    str: _to_str, bool: _to_bool, int: _to_int, float: _to_float, int | str: _to_jobs, bool | str: _to_fp4,
     tuple[str, ...]: _to_strings, tuple[int, ...]: _to_ints, dict[str, str]: _to_table, tuple[Arch, ...]: _to_archs,
     tuple[LibraryRule, ...]: _to_rules, tuple[Expectation, ...]: _to_expectations,
 }

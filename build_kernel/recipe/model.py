@@ -46,13 +46,19 @@ class Source:
 class Patches:
     series: str = _doc("Patch series name: the folder `patches/<series>/`.", "")
     version: str = _doc("Series version: the folder `patches/<series>/<version>/`.", "")
+    omitted: dict[str, str] = _doc("Patches of the series' pool this version leaves out, each with why (`plan` shows "
+                                   "them; a pool patch left out without a reason is shown as unexplained), e.g. "
+                                   "`{\"0009-cuda13-memcpy-batch-signature\" = \"upstream has the fix (fe9b9b254)\"}`.",
+                                   factory=dict)
 
 
 @dataclass(frozen=True)
 class Toolchain:
     cuda: str = _doc("CUDA major.minor the build targets; torch's CUDA must share its major.", "")
     cuda_source: str = _doc("Where nvcc comes from: `system`, `wheels` (PyPI nvidia-*) or `auto`.", "auto")
-    torch: str = _doc("torch version to build against, or `existing` for the current environment's.", "existing")
+    torch: str = _doc("torch version to build against; `nightly`: the newest development release on `torch_index`, "
+                      "resolved once and kept in the recipe's lock; or `existing` for the current environment's. A "
+                      "version from `torch_index` is locked with its file URL and sha256 (docs/pins.md).", "existing")
     torch_index: str = _doc("Package index holding that torch (e.g. PyTorch's nightly cu130 index).", "")
     python: str = _doc("Python version of the build environment (informational when torch = existing).", "")
     cmake: str = _doc("Version specifier CMake must satisfy, e.g. `>=3.26`.", ">=3.26")
@@ -69,7 +75,13 @@ class Toolchain:
 @dataclass(frozen=True)
 class Build:
     arch: tuple[Arch, ...] = _doc("Arch list (TORCH_CUDA_ARCH_LIST), e.g. [\"12.0a\"].", factory=tuple)
-    fp4: bool = _doc("FP4 kernels are wanted: needs an arch-specific 10.0+ target such as 12.0a.", False)
+    fp4: bool | str = _doc("FP4 kernels: `true` for every asked arch that can run them (arch-specific 10.0+: 12.0a, "
+                           "10.0a, 12.1a, 12.0f) and none for the others (a list without one builds without FP4, "
+                           "said by `plan`); `\"required\"`: the same, and a list without an FP4 arch is refused; "
+                           "`false`: none.", False)
+    min_arch: str = _doc("The oldest compute capability the source can build (e.g. `8.0`): older asked archs are "
+                         "refused in one line with `min_arch_reason`.", "")
+    min_arch_reason: str = _doc("Why the source cannot build below `min_arch`, citing the source.", "")
     jobs: int | str = _doc("Parallel compile jobs: `auto` (from available memory) or a number.", "auto")
     nvcc_threads: int = _doc("nvcc --threads per job (archs compiled in parallel inside one job).", 1)
     job_memory_gb: float = _doc("Predicted peak memory of one compile job per arch in flight, GB.", 4.0)
@@ -159,6 +171,11 @@ class LibraryRule:
                                           "`[\"9.0\"]`). The library covers only the other asked archs; when every "
                                           "asked arch is one of these, the rule does not apply (not required, no FP4).",
                                           factory=tuple)
+    carries: tuple[str, ...] = _doc("What the library holds, by name, for `plan`'s per-arch table (e.g. `[\"FA3\"]`): "
+                                    "an asked arch has it when this rule covers that arch.", factory=tuple)
+    carries_on: tuple[str, ...] = _doc("Compute capabilities whose build holds `carries` (e.g. `[\"8.0\", \"9.0\"]`: "
+                                       "a series that compiles a part only for some archs); empty: every arch the "
+                                       "rule covers.", factory=tuple)
 
 
 @dataclass(frozen=True)

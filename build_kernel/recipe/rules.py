@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from build_kernel import fa3_variants
-from build_kernel.archs import Arch, ArchSpellingError, parse_arch_list
+from build_kernel import fa3_variants, targets
+from build_kernel.archs import ArchSpellingError, parse_arch, parse_arch_list
 from build_kernel.recipe.model import ARCH_FORMATS, BACKENDS, SCHEDULERS, SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
+from build_kernel.series import pool_names, read_names
 
 
 def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
@@ -20,7 +23,7 @@ def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
     for rule in r.verify.libraries:
         table = f'verify.libraries."{rule.glob}"'
         for key, values in (("archs", [a for a in rule.archs if a != "asked"]), ("when_asked", rule.when_asked),
-                            ("not_loaded_on", rule.not_loaded_on)):
+                            ("not_loaded_on", rule.not_loaded_on), ("carries_on", rule.carries_on)):
             try:
                 if values:
                     parse_arch_list(list(values))
@@ -89,8 +92,17 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     build_table = r.raw.get("build")
     if not r.build.arch and "build" not in refused and "arch" not in (build_table if isinstance(build_table, dict) else {}):
         problems.add(where("build", "arch"), "build.arch", "missing (name the archs to build, e.g. [\"12.0a\"])")
-    elif r.build.arch and r.build.fp4:
-        check_fp4(r.build.arch, lambda msg: problems.add(where("build", "arch"), "build.arch", msg))
+    elif r.build.arch and (fp4 := targets.fp4_problem(r.build.arch, r.build.fp4, r.name)):
+        problems.add(where("build", "arch"), "build.arch", fp4)
+    if isinstance(r.build.fp4, str) and r.build.fp4 != "required":
+        problems.add(where("build", "fp4"), "build.fp4",
+                     f"{r.build.fp4!r} is not true, false or \"required\" (e.g. fp4 = true)")
+    if r.build.min_arch:
+        try:
+            parse_arch(r.build.min_arch)
+        except ArchSpellingError as exc:
+            problems.add(where("build", "min_arch"), "build.min_arch", f"{exc} (a compute capability, e.g. min_arch = \"8.0\")")
+    _check_omitted(r, problems, where)
     jobs = r.build.jobs
     if not (jobs == "auto" or (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1)):
         problems.add(where("build", "jobs"), "build.jobs",
@@ -124,6 +136,8 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
     except InvalidSpecifier:
         problems.add(where("toolchain", "cmake"), "toolchain.cmake",
                      f"{r.toolchain.cmake!r} is not a version specifier (e.g. cmake = \">=3.26\")")
+    if r.toolchain.torch == "nightly" and not r.toolchain.torch_index:  # the newest of which index?
+        problems.add(where("toolchain", "torch"), "toolchain.torch", "\"nightly\" needs torch_index, the index to take the newest from (e.g. torch_index = \"https://download.pytorch.org/whl/nightly/cu130\")")
     if r.toolchain.cuda_source not in ("auto", "system", "wheels"):
         problems.add(where("toolchain", "cuda_source"), "toolchain.cuda_source",
                      f"{r.toolchain.cuda_source!r} is not one of auto, system, wheels (e.g. cuda_source = \"auto\")")
@@ -149,13 +163,26 @@ def _uppercase(commit: str) -> str:
     return f"{commit!r} is a full SHA in uppercase: write it in lowercase, as git prints it ({commit.lower()!r})"
 
 
-def check_fp4(archs: tuple[Arch, ...], report: Any) -> None:
-    """FP4 instructions exist only on arch-specific 10.0+ targets."""
-    generic = [a for a in archs if a.major >= 10 and not a.fp4_capable]
-    for arch in generic:
-        report(f"FP4 kernels need the arch-specific target: use {arch.torch}a instead of {arch.torch}")
-    if not generic and not any(a.fp4_capable for a in archs):
-        report(f"FP4 kernels need an arch >= 10.0 with 'a' (e.g. 12.0a); {', '.join(map(str, archs))} has none")
+def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
+    """[patches] omitted names patches of the series' pool that this version does not apply."""
+    if not r.patches.omitted or not (r.series_dir / "series").is_file():
+        return
+    pooled = pool_names(r.series_dir)
+    applied = {n.removesuffix(".patch") for n in read_names(r.series_dir)}
+    # Reasons are given for the series of the project whose recipe gives them: an overlay whose own project
+    # holds the version (another pool) is not held to its parent's list.
+    given_in = {Path(w.rsplit(":", 1)[0]).parent.parent / "patches" for k, w in r.origins.items() if k.startswith("patches.omitted")}
+    if given_in and not any(folder in r.series_dir.parents for folder in given_in):
+        return
+    for name in r.patches.omitted:
+        stem = name.removesuffix(".patch")
+        if stem in applied:
+            problems.add(where("patches", "omitted"), f"patches.omitted.{name}",
+                         f"{name} is in {r.patches.series}/{r.patches.version}'s series: remove it from omitted")
+        elif stem not in pooled:
+            close = difflib.get_close_matches(stem, sorted(pooled), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"patches of the pool: {', '.join(sorted(pooled))}"
+            problems.add(where("patches", "omitted"), f"patches.omitted.{name}", f"no patch of that name in the pool ({fix})")
 
 
 SGLANG_ORIGINS = ("release", "source")

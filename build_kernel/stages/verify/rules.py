@@ -13,9 +13,11 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from build_kernel.archs import Arch, parse_arch_list
+from build_kernel.archs import Arch
 from build_kernel.recipe import LibraryRule, Verify
 from build_kernel.stages.verify.cubins import Listing
+from build_kernel.targets import loading as loading  # the one reading of a rule, shared with plan
+from build_kernel.targets import wanted as wanted
 
 _NAME = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 DEFAULT = "default"
@@ -34,31 +36,6 @@ def rule_for(path: str, spec: Verify) -> LibraryRule:
     if spec.fp4_library and fnmatch.fnmatch(path, spec.fp4_library):
         return LibraryRule(glob=spec.fp4_library, fp4=True, required=True)
     return LibraryRule(glob=DEFAULT, archs=("asked",) if spec.libraries_default == "asked" else ())
-
-
-def loading(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...]:
-    """The asked archs whose GPUs load this library, by compute capability (a cc 9.0 GPU loads a package's
-    cc-9.0 library, whether 9.0 or 9.0a was asked): not those of `not_loaded_on`, and with `when_asked` only
-    those of its archs. A Hopper-only library (FA3, sgl-kernel's sm90/common_ops) in a 9.0a;12.0a wheel
-    holds sm_90a alone: no 12.0 GPU loads it (seen on the miniature: each such library failed for the
-    other arch)."""
-    other, only = _capabilities(rule.not_loaded_on), _capabilities(rule.when_asked)
-    return tuple(a for a in asked if (a.major, a.minor) not in other and (not only or (a.major, a.minor) in only))
-
-
-def _capabilities(names: tuple[str, ...]) -> set[tuple[int, int]]:
-    return {(a.major, a.minor) for a in parse_arch_list(list(names))} if names else set()
-
-
-def wanted(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...] | None:
-    """The archs this library must cover; None when the rule does not apply to the asked archs."""
-    if rule.when_asked and not set(parse_arch_list(list(rule.when_asked))) & set(asked):
-        return None
-    loads = loading(rule, asked)
-    if not loads:
-        return None
-    own = [a for a in rule.archs if a != "asked"]
-    return (*(loads if "asked" in rule.archs else ()), *(parse_arch_list(own) if own else ()))
 
 
 def required_missing(spec: Verify, asked: tuple[Arch, ...], present: set[str]) -> list[str]:

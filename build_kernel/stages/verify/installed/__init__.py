@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from build_kernel import recipe
+from build_kernel import gpus, recipe
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
 from build_kernel.stages.serve import api, environment
 from build_kernel.stages.serve.preflight import same_torch
 from build_kernel.stages.verify import checks, cubins, diagnose
-from build_kernel.stages.verify.installed import fp4, gpus, origin, sglang_layout, stale, torch_abi, verdict
+from build_kernel.stages.verify.installed import fp4, origin, sglang_layout, stale, torch_abi, verdict
 from build_kernel.stages.verify.installed.verdict import Problem
 from build_kernel.stages.verify.report import LibraryReport, Report
 from build_kernel.stages.verify.rules import rule_for
