@@ -14,6 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from build_kernel import gpus
 from build_kernel.cli import cli
 from tests.conftest import DEMO_COMMIT, REPO_ROOT, run_cli
 
@@ -117,6 +118,10 @@ def test_readme_read_only_commands_run(line: str) -> None:
     proc = run_cli(*[("demo" if a == "nightly-cu130" and "--json" not in argv else a) for a in argv])
     # doctor exits 3 when this machine lacks something the recipe needs, doctor --installed 7 when
     # the interpreter's sgl_kernel is unhealthy or absent (this one has none): that is their answer.
-    allowed = (0, 7) if "--installed" in argv else (0, 3) if "doctor" in argv else (0,)
+    # `--arch native` on a host without a GPU (this one): the one line naming what to pass instead, exit 2.
+    native = "native" in argv and not gpus.present()
+    allowed = (0, 7) if "--installed" in argv else (0, 3) if "doctor" in argv else (2,) if native else (0,)
     assert proc.returncode in allowed, proc.stderr
+    if native:
+        assert proc.stderr.count("\n") == 1 and "e.g. --arch 12.0a" in proc.stderr
     assert "Traceback" not in proc.stderr and "No such option" not in proc.stderr
