@@ -45,7 +45,10 @@ def resolve(plan: Plan) -> Stack:
     python = buildenv.python_for(plan, dry_run=True)
     if Path(python).exists():
         return Stack(toolchain.detect(python, plan.env), python, True)
-    pin = plan.recipe.toolchain.torch
+    from build_kernel.stages.builder import wheelpins
+
+    pinned = wheelpins.of(plan)  # `nightly` is the version the lock holds for it, when it does
+    pin = (wheelpins.version(plan, pinned[0]) if pinned else None) or plan.recipe.toolchain.torch
     here = toolchain.detect(sys.executable, plan.env)
     # Only the pin's version and CUDA are known: nothing read from this interpreter's torch may stand in
     # for them (its headers' C++ standard included).

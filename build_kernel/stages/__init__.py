@@ -51,7 +51,7 @@ class Context:
         if self.python is None:
             from build_kernel.stages.builder import buildenv
 
-            self.python = buildenv.python_for(self.plan, dry_run=self.dry_run)
+            self.python = buildenv.python_for(self.plan, dry_run=self.dry_run, offline=self.offline)
         return self.python
 
 

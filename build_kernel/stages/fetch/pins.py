@@ -1,4 +1,5 @@
-"""Tag and branch pins, resolved once and recorded with their commit, so `--offline` needs no network.
+"""Tag and branch pins, resolved once and recorded with their commit, so `--offline` needs no network;
+and the owner of the recipe's lock file, which also records the wheel pins (stages/builder/wheelpins.py).
 
 A tag (`[deps.NAME] tag`) or a branch (`[source] commit` with `allow_floating`) names a commit only
 through a server. Online, the commit it resolves to is recorded twice: in the recipe's lock file
@@ -6,14 +7,21 @@ through a server. Online, the commit it resolves to is recorded twice: in the re
 and in the cache (the mirror keeps the ref it was fetched under). Offline, the lock's commit is used
 when it was recorded for the same repository and ref, else the cache's; a pin in neither is one error
 naming the recipe key and the command that records it.
+
+The lock is a tree of tables of strings: `[source]`, `[deps.NAME]`, `[toolchain.torch]` (a wheel pin's
+version) and `[toolchain.torch.wheel.TARGET]` (its file per interpreter and platform). Every writer goes
+through `record_entries`, which rewrites the whole file atomically.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from build_kernel import log
+from build_kernel import atomic, log
 from build_kernel.errors import FetchError
 from build_kernel.plan import Plan
 from build_kernel.recipe import recipes_dir
@@ -25,37 +33,78 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 HEADER = ("# Written by build-kernel: the commit each tag or branch pin of {name} resolved to when it was\n"
-          "# fetched; `--offline` uses these (README: Fetching). Commit it beside the recipe.\n")
+          "# fetched, and the file (URL, sha256) each [toolchain] wheel pin resolved to; `--offline` and\n"
+          "# reinstalls use these (docs/pins.md). Commit it beside the recipe.\n")
+
+Key = tuple[str, ...]
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def lock_path(plan: Plan) -> Path:
     return plan.recipe.path.with_suffix(".lock")
 
 
-def _read(path: Path) -> dict[str, dict[str, str]]:
-    """key ("deps.NAME", "source") -> {"repo", "tag" or "branch", "commit"}; an unreadable lock counts as none."""
+def _key(key: str) -> Key:
+    """A recipe key as a table path: `source`, `deps.NAME` (NAME may hold dots), `toolchain.torch`."""
+    head, _, rest = key.partition(".")
+    return (head, rest) if rest else (head,)
+
+
+def _flatten(table: Mapping[str, object], path: Key, out: dict[Key, dict[str, str]]) -> None:
+    values = {k: str(v) for k, v in table.items() if not isinstance(v, dict)}
+    if values:
+        out[path] = values
+    for k, v in table.items():
+        if isinstance(v, dict):
+            _flatten(v, (*path, k), out)
+
+
+def _read(path: Path) -> dict[Key, dict[str, str]]:
+    """table path -> its string values; an unreadable lock counts as none."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):
         return {}
-    out: dict[str, dict[str, str]] = {}
-    for table, entries in data.items():
-        if table == "source" and isinstance(entries, dict):
-            out["source"] = {k: str(v) for k, v in entries.items()}
-        elif table == "deps" and isinstance(entries, dict):
-            out.update({f"deps.{name}": {k: str(v) for k, v in e.items()} for name, e in entries.items()
-                        if isinstance(e, dict)})
+    out: dict[Key, dict[str, str]] = {}
+    _flatten(data, (), out)
     return out
 
 
-def _write(path: Path, name: str, entries: dict[str, dict[str, str]]) -> None:
-    def table(key: str) -> str:
-        head = "source" if key == "source" else f'deps."{key[5:]}"' if "." in key[5:] else key
-        return f"[{head}]\n" + "".join(f'{k} = "{v}"\n' for k, v in entries[key].items())
-    text = HEADER.format(name=name) + "\n".join(table(k) for k in sorted(entries))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+def _write(path: Path, name: str, entries: dict[Key, dict[str, str]]) -> None:
+    def part(k: str) -> str:
+        return k if _BARE.match(k) else json.dumps(k)
+
+    def table(key: Key) -> str:  # JSON's string escapes are TOML's basic-string escapes
+        return (f"[{'.'.join(part(k) for k in key)}]\n"
+                + "".join(f"{part(k)} = {json.dumps(v)}\n" for k, v in entries[key].items()))
+    # A parent table sorts before its children, as TOML wants it written.
+    atomic.write_text(path, HEADER.format(name=name) + "\n".join(table(k) for k in sorted(entries)))
+
+
+def entries(plan: Plan) -> dict[Key, dict[str, str]]:
+    """Every table of the recipe's lock (none when there is no lock)."""
+    return _read(lock_path(plan))
+
+
+def record_entries(plan: Plan, changes: Mapping[Key, dict[str, str] | None], *, what: str) -> bool:
+    """Set (a dict) or drop (None) tables of the lock in one atomic rewrite; False (and a warning) when the
+    lock cannot be written (a read-only site recipe): the caller's own record still serves."""
+    path = lock_path(plan)
+    before = _read(path)
+    after = dict(before)
+    for key, entry in changes.items():
+        if entry is None:
+            after.pop(key, None)
+        else:
+            after[key] = entry
+    if after == before:
+        return True
+    try:
+        _write(path, plan.recipe.name, after)
+    except OSError as exc:
+        log.warn(f"cannot record {what} in {path}: {exc.strerror}")
+        return False
+    return True
 
 
 def command(plan: Plan) -> str:
@@ -70,7 +119,7 @@ def for_fetch(plan: Plan, key: str, kind: str, repo: str, url: str, ref: str, *,
     there), its recorded commit offline."""
     if not offline:
         return ref
-    entry = _read(lock_path(plan)).get(key, {})
+    entry = _read(lock_path(plan)).get(_key(key), {})
     if entry.get("repo") == repo and entry.get(kind) == ref and entry.get("commit"):
         return entry["commit"]
     cached = remote.cached_ref(url, ref, plan.cache_dir)
@@ -83,16 +132,11 @@ def for_fetch(plan: Plan, key: str, kind: str, repo: str, url: str, ref: str, *,
 
 def record(plan: Plan, key: str, kind: str, repo: str, ref: str, commit: str) -> None:
     """Note what `ref` resolved to in the recipe's lock (the cache's ref is fetch's own record)."""
-    path = lock_path(plan)
-    entries = _read(path)
     entry = {"repo": repo, kind: ref, "commit": commit}
-    if entries.get(key) == entry:
+    before = _read(lock_path(plan)).get(_key(key), {})
+    if before == entry:
         return
-    before = entries.get(key, {})
     if before.get("repo") == repo and before.get(kind) == ref and before.get("commit") != commit:
-        log.warn(f"[{key}] {kind} {ref!r} moved: {before.get('commit', '')[:12]} -> {commit[:12]} (recorded in {path})")
-    entries[key] = entry
-    try:
-        _write(path, plan.recipe.name, entries)
-    except OSError as exc:  # a read-only site recipe: the cache's record still serves --offline
-        log.warn(f"cannot record [{key}] {kind} {ref!r} = {commit[:12]} in {path}: {exc.strerror}")
+        log.warn(f"[{key}] {kind} {ref!r} moved: {before.get('commit', '')[:12]} -> {commit[:12]} "
+                 f"(recorded in {lock_path(plan)})")
+    record_entries(plan, {_key(key): entry}, what=f"[{key}] {kind} {ref!r} = {commit[:12]}")
