@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from build_kernel import fa3_variants, host_compiler, log, recipe, stack, toolchain
-from build_kernel.cli.options import Options, emit, shared_options
+from build_kernel.cli.options import Options, emit, offline_option, shared_options
 from build_kernel.errors import BuildKernelError
 from build_kernel.log import styled
 from build_kernel.plan import Plan, recipe_search_path
@@ -110,66 +110,137 @@ def _order_row(order: dict[str, Any]) -> str:
     return f"longest first by the {order['source']}{' ' + order['file'] if order['file'] else ''}: {first}, ..."
 
 
-def describe_plan(p: Plan) -> tuple[dict[str, Any], Table]:
-    """The resolved plan as `plan` prints it (JSON data, table); reads only, installs nothing
-    (the pipeline's dry run prints the same)."""
+def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> tuple[dict[str, Any], str]:
+    """The resolved plan as `plan` prints it (JSON data, text); reads only, installs nothing (the pipeline's
+    dry run prints the same). The answer comes first, in a screen: what will be built, for which GPUs, with
+    what, how fast and where. `explain` adds where each value came from and every value behind the answer
+    (the JSON always has both)."""
+    from build_kernel.stages.builder import pinstatus
+
     data = p.to_dict()
     data["cuda_toolkit"], facts = _toolkit(p)
     if warning := stack.series_warning(p):
         log.warn(warning)  # a recipe may pair a series with a commit on purpose: said, not refused
         data["warnings"] = [warning]
-    table = Table("key", "value", show_header=False)
-    table.add_row("recipe", f"{p.recipe.name} ({p.recipe.path})")
-    set_values = recipe_values(p.recipe.raw)
-    for key, where in p.recipe.origins.items():  # every value with the file and line that set it
-        if key in set_values and key != "extends":
-            table.add_row("from", f"{key} = {toml_value(set_values[key])}  ({where})")
-    table.add_row("source", f"{p.recipe.source.repo} @ {p.recipe.source.commit} {p.recipe.source.subdir}")
+    r, rows = p.recipe, _Rows()
+    rows.add("recipe", f"{r.name}: {r.description}" if r.description else r.name)
+    rows.add("source", f"{r.source.repo} @ {r.source.commit}" + (f" ({r.source.ref})" if r.source.ref else "")
+             + (f", folder {r.source.subdir}" if r.source.subdir else ""))
     for rw in p.remotes():
         if rw.rewritten:
-            table.add_row("mirror", rw.describe())
-    t = p.recipe.toolchain
-    table.add_row("toolchain", f"torch {t.torch}{f' from {t.torch_index}' if t.torch_index else ''}, CUDA {t.cuda}, "
-                               f"cmake {t.cmake}")
-    table.add_row("series", f"{p.recipe.patches.series}/{p.recipe.patches.version} ({p.series.directory})")
-    for patch in p.series.patches:
-        table.add_row("patch", f"{patch.name}  sha256:{patch.sha256[:16]}")
-    table.add_row("archs", f"{p.arch_list}  (from {p.arch_source})")
-    table.add_row("jobs", p.jobs.derivation)
+            rows.add("mirror", rw.describe())
+    names = [patch.name.removesuffix(".patch") for patch in p.series.patches]
+    rows.add("series", f"{r.patches.series}/{r.patches.version}: {len(names)} patches, digest {p.series.digest[:12]}")
+    for name in names:
+        rows.add("", name)
+    data["patches"]["left_out"] = left_out = _left_out(p)
+    for name, why in left_out.items():
+        rows.add("left out", f"{name}: {why}")
+    kit = p.toolkit.source if p.toolkit else "not checked"
+    rows.add("archs", f"{p.arch_list} (from {p.arch_source}; checked against {kit})")
+    for row in data["archs"]["per_arch"]:
+        parts = "".join(f", {name} {'yes' if has else 'no'}" for name, has in row["parts"].items())
+        rows.add("", f"{row['arch']}: loads {', '.join(row['libraries']) or 'no library a rule names'}; "
+                     f"FP4 {row['fp4']}{parts}")
+    if r.build.fp4 and not data["archs"]["fp4_archs"]:
+        rows.add("fp4", "none of the asked archs runs FP4 kernels: this wheel is built without them")
+    t = r.toolchain
+    rows.add("toolchain", f"torch {t.torch}{f' from {t.torch_index}' if t.torch_index else ''}, CUDA {t.cuda} "
+                          f"({data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}), cmake {t.cmake}")
+    data["pins"] = [s.to_dict() for s in pinstatus.check_all(p, offline=offline)]
+    for pin in data["pins"]:  # one line each: can this wheel pin still be installed (index, lock, wheelhouse)
+        rows.add("pin", pin["line"])
+    rows.add("jobs", p.jobs.derivation)
     for warning in p.jobs.warnings:
         log.warn(warning)
-        table.add_row(styled("warning", "yellow"), warning)
+        rows.add("warning", warning)
     # Only where there is an FA3 choice: a recipe that makes one, or a series that reads it (sgl-kernel's);
     # another package's plan (flash-attn 2) has no such kernels to list.
-    if p.recipe.build.fa3 != "all" or fa3_variants.series_reads_choice([patch.path for patch in p.series.patches]):
-        table.add_row("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
-                             f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})")
-    defines = {**p.fa3.defines(), **p.recipe.build.defines}
-    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in defines.items()}}.items():
-        table.add_row("env" if not key.startswith("-D") else "define", f"{key}={value}")
-    table.add_row("cuda toolkit", f"{data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}")
+    if r.build.fa3 != "all" or fa3_variants.series_reads_choice([patch.path for patch in p.series.patches]):
+        asked = any(a.major == 9 for a in p.archs)  # FA3 compiles for 9.0a only: otherwise only why not
+        rows.add("fa3", f"head dims {', '.join(p.fa3.head_dims)}; dtypes {', '.join(p.fa3.dtypes)}; softcap "
+                        f"{'on' if p.fa3.softcap else 'off'} ({p.fa3.why})" if asked else p.fa3.why)
     data["scheduling"] = sched = _scheduling(p, facts.ninja_version)
-    table.add_row("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
-                               f"ninja {sched['ninja'] or 'none'})")
-    table.add_row("compile order", _order_row(sched["order"]))
-    for tu in data["scheduling"]["tus"]:
-        table.add_row("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
-    table.add_row("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
-    if p.recipe.serve.model:
+    rows.add("scheduler", f"{sched['in_effect']} ({sched['scheduler']}: {sched['scheduler_from']}; "
+                          f"ninja {sched['ninja'] or 'none'})")
+    rows.add("compile order", _order_row(sched["order"]))
+    if sched["tus"]:
+        top = sched["tus"][0]
+        rows.add("TU memory", f"heaviest {top['source']} {top['peak_gb']} GB ({top['from']}); {len(sched['tus'])} TUs "
+                              f"known, any other {sched['default_gb']:g} GB")
+    else:
+        rows.add("TU memory", f"{sched['default_gb']:g} GB a TU (default: job_memory_gb x archs in flight)")
+    if r.serve.model:
         from build_kernel.stages.serve import sglang_dist
 
         data["serve"]["sglang"] = sglang = sglang_dist.choose(p).to_dict()
-        table.add_row("serve", f"{p.recipe.serve.model} with {sglang['describe']}")
-    table.add_row("cache", str(p.cache_dir))
-    return data, table
+        rows.add("serve", f"{r.serve.model} with {sglang['describe']}")
+    rows.add("cache", str(p.cache_dir))
+    rows.add("wheels", str(p.output_dir))
+    from build_kernel import stages
+
+    rows.add("stages", " -> ".join(stage.name for stage in stages.pipeline()))
+    if explain:
+        _explain(p, data, rows)
+    else:
+        rows.add("", "(--explain: where each value came from, each patch's sha256, env and defines, each TU's memory)")
+    return data, rows.text()
+
+
+class _Rows:
+    """`key  value` lines, the key column as wide as the widest key: plain text, never markup (log.py)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+
+    def add(self, key: str, value: str) -> None:
+        self.rows.append((key, value))
+
+    def text(self) -> str:
+        width = max(len(k) for k, _ in self.rows)
+        return "\n".join(f"{k:<{width}}  {v}".rstrip() for k, v in self.rows)
+
+
+def _left_out(p: Plan) -> dict[str, str]:
+    """Patches of the series that this version does not apply, each with the recipe's reason."""
+    from build_kernel.series import pool_names
+
+    applied = {patch.name.removesuffix(".patch") for patch in p.series.patches}
+    given = {k.removesuffix(".patch"): v for k, v in p.recipe.patches.omitted.items()}
+    missing = sorted(pool_names(p.series.directory) - applied)
+    return {name: given.get(name, "no reason given (say why in [patches] omitted)") for name in missing}
+
+
+def _explain(p: Plan, data: dict[str, Any], rows: _Rows) -> None:
+    """Everything behind the answer: origins (file:line), patch hashes, env and defines, per-TU memory."""
+    set_values = recipe_values(p.recipe.raw)
+    for key, where in p.recipe.origins.items():  # every value with the file and line that set it
+        if key in set_values and key != "extends":
+            rows.add("from", f"{key} = {toml_value(set_values[key])}  ({where})")
+    for patch in p.series.patches:
+        rows.add("patch", f"{patch.name}  sha256:{patch.sha256}")
+    defines = {**p.fa3.defines(), **p.recipe.build.defines}
+    for key, value in {**p.build_env(), **{f"-D{k}": v for k, v in defines.items()}}.items():
+        rows.add("env" if not key.startswith("-D") else "define", f"{key}={value}")
+    for tu in data["scheduling"]["tus"]:
+        rows.add("TU memory", f"{tu['source']}: {tu['peak_gb']} GB ({tu['from']})")
+    rows.add("TU memory", f"any other TU: {data['scheduling']['default_gb']:g} GB (default: job_memory_gb x archs in flight)")
+
+
+explain_option = click.option("--explain", is_flag=True,
+                              help="Also where each value came from (file:line), each patch's sha256, the env and "
+                                   "defines, and each TU's predicted memory (--json always has them).")
 
 
 @click.command("plan")
+@explain_option
 @shared_options
+@offline_option
 @click.pass_obj
-def plan_cmd(opts: Options) -> None:
-    """Everything resolved: source, patches, toolchain, archs, jobs (with derivation), env."""
-    emit(opts, *describe_plan(opts.plan()))
+def plan_cmd(opts: Options, explain: bool) -> None:
+    """What will be built, answer first: source, series, archs with what each library gets, toolchain, jobs
+    (with derivation), compile order, cache, stages."""
+    emit(opts, *describe_plan(opts.plan(), explain=explain, offline=opts.offline))
 
 
 def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) -> Table:
@@ -196,6 +267,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
         state = Text("found") if dep["ok"] else styled("MISSING", "red") + (
             f" {', '.join(dep['missing'])} (apt: {dep['apt'] or '-'}, dnf: {dep['dnf'] or '-'})")
         table.add_row("system", Text(f"{dep['name']} for {dep['needed_by'] or 'the build'}: ") + state)
+    for pin in data.get("pins", []):
+        if not pin["problem"]:  # a problem is listed below with the others
+            table.add_row("pin", pin["line"])
     if note := (data.get("stack") or {}).get("note"):
         table.add_row("build env", note)
     for warning in data.get("warnings", []):
@@ -211,6 +285,7 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
                    "and torch it was built for, SASS/FP4 for the GPUs here or --arch, sglang's imports; the fix.")
 @click.option("--python", "python", metavar="PATH", help="With --installed: that interpreter (default: this one).")
 @shared_options
+@offline_option
 @click.pass_obj
 def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
     """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits;
@@ -254,6 +329,11 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
         data["system"] = [st.to_dict() for st in system]
         data["problems"] += [st.problem() for st in system if not st.ok]
         data["mirrors"] = [rw.to_dict() for rw in p.remotes() if rw.rewritten]
+        from build_kernel.stages.builder import pinstatus
+
+        pins = pinstatus.check_all(p, offline=opts.offline)
+        data["pins"] = [s.to_dict() for s in pins]
+        data["problems"] += [s.line for s in pins if s.problem]
     emit(opts, data, _doctor_table(facts, data, p))
     if data.get("problems"):
         sys.exit(3)
