@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 from build_kernel.archs import Arch
-from build_kernel.driver_stub import SONAME
 
 # CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR.
 _CC_MAJOR, _CC_MINOR = 75, 76
@@ -18,6 +17,8 @@ def arch_of(major: int, minor: int) -> Arch:
 
 def present() -> tuple[Arch, ...] | None:
     """One arch per distinct GPU model here; None when there is no driver to ask."""
+    from build_kernel.driver_stub import SONAME  # here: it reads ELF files (pyelftools), which a plan never needs
+
     try:
         cuda = ctypes.CDLL(SONAME)
     except OSError:
