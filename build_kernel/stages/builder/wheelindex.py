@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from build_kernel.errors import ToolchainError
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 15.0  # pip's own default: a firewalled index must not hold `plan` for long
 
 # pip's own words when an index cannot be reached; pip goes on without that index and then reports what it
 # could not find (or, under a constraint, ResolutionImpossible): the first is the cause, the last a symptom.
