@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 53 item 4: one real build of a recipe for one arch list by the tool, with static verify per library, its raw
+# outputs packed as the other build runs' are (`<label>/{host.txt,build.err,build.json,verify.json,mem.txt,
+# ninja_log.txt,profile.sqlite}`), so bench/arch_builds.py writes bench/results/arch-builds.json from them.
+#
+#   RECIPE=/tmp/ov/local.toml ARCH=8.9 LABEL=sm89-2c bash bench/arch_build.sh      # this host
+#
+# Runs anywhere the tool runs: the 2-core GPU-less box or the GPU host (the same script in a device call). The
+# recipe is an overlay of a shipped one with only the host's lines (torch = "existing", snapshot stand-ins): the
+# shipped recipe's archs, FP4 and rules are what is measured. Sources come through git's own config environment
+# (GIT_CONFIG_*, set by the caller), never a committed file. Environment: OUT (bench/raw/<date>-<label>),
+# BUILD_KERNEL_CACHE_DIR (the caller's), COLLECT=1 (pack what there is and stop).
+set -u
+export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+LABEL=${LABEL:?a label, e.g. sm89-2c}
+OUT=${OUT:-$REPO/bench/raw/arch-builds}
+R=/tmp/arch-build-raw/$LABEL
+C=${BUILD_KERNEL_CACHE_DIR:-$HOME/.cache/build-kernel}
+pack() {
+    nl=$(find "$C/build" -name .ninja_log -newer "$R/host.txt" 2>/dev/null | head -1)
+    [ -n "$nl" ] && cp "$nl" "$R/ninja_log.txt"
+    cp "$C/profile.sqlite" "$R/" 2>/dev/null
+    mkdir -p "$OUT"; tar -czf "$OUT/$LABEL-raw.tar.gz" -C "$(dirname "$R")" "$LABEL"
+}
+if [ "${COLLECT:-0}" = 1 ]; then pack; cat "$R/steps.txt" 2>/dev/null; exit 0; fi
+RECIPE=$(realpath "${RECIPE:?an overlay recipe for this host}")
+ARCH=${ARCH:?an arch list, e.g. 8.9}
+PY=${PYTHON:-python3}
+rm -rf "$R"; mkdir -p "$R"
+{ nproc; date -u; nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null || echo "no GPU"
+  grep -E 'MemTotal|MemAvailable' /proc/meminfo; echo "arch=$ARCH recipe=$RECIPE"
+  "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; nvcc --version | tail -1
+  git -C "$REPO" rev-parse HEAD; } > "$R/host.txt" 2>&1
+cp "$RECIPE" "$R/recipe.toml"
+t0=$(date +%s)
+step() { echo "$* $(( $(date +%s) - t0 )) s" >> "$R/steps.txt"; pack; }
+# `seconds used-bytes` every 0.5 s, as bench/h200_arch_pruning.py's used_bytes() reads it.
+sample() {
+    while :; do
+        echo "$(date +%s.%N) $(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print (t-a)*1024}' /proc/meminfo)" >> "$R/mem.txt"
+        sleep 0.5
+    done
+}
+bk() { "$PY" -m build_kernel --json --arch "$ARCH" --recipe "$RECIPE" "$@"; }
+bk plan > "$R/plan.json" 2> "$R/plan.err"; step "plan rc=$?"
+sample & SP=$!
+bk build > "$R/build.json" 2> "$R/build.err"; rc=$?; kill $SP; step "build rc=$rc"
+bk verify --static > "$R/verify.json" 2> "$R/verify.err"; step "verify rc=$?"
+echo done >> "$R/steps.txt"; pack

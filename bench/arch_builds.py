@@ -1,0 +1,105 @@
+"""Issue 53 item 4: real builds of the shipped sgl-kernel recipe for other archs, from their raw outputs.
+
+Reads each `<label>-raw.tar.gz` that bench/arch_build.sh packed (host.txt, plan.json, build.err, mem.txt,
+ninja_log.txt, profile.sqlite, verify.json) and writes one JSON file: per build the host, the archs asked and
+what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
+run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower bound) and verify per library
+(archs found, missing, FP4 opcode counts per arch).
+
+    python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz [--out bench/results/arch-builds.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_arch_pruning import ROOT, member, ninja_edges, run_figures
+
+
+def _json(tar: tarfile.TarFile, name: str) -> Any:
+    raw = member(tar, name)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def one(path: Path) -> dict[str, Any]:
+    with tarfile.open(path) as tar:
+        host = (member(tar, "host.txt") or b"").decode().splitlines()
+        steps = (member(tar, "steps.txt") or b"").decode().split("\n")
+        plan, verify, build = _json(tar, "plan.json"), _json(tar, "verify.json"), _json(tar, "build.json")
+        err = (member(tar, "build.err") or b"").decode()
+    out: dict[str, Any] = {"raw": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
+                           "host": {"cores": int(host[0]) if host and host[0].isdigit() else None,
+                                    "gpu": host[2] if len(host) > 2 else None,
+                                    "asked": next((h for h in host if h.startswith("arch=")), None)},
+                           "steps": [s for s in steps if s]}
+    if plan:
+        out["archs"] = plan["archs"]["list"]
+        out["per_arch"] = plan["archs"]["per_arch"]
+        out["series"] = f"{plan['patches']['series']}/{plan['patches']['version']}"
+        out["jobs"] = plan["jobs"]["jobs"]
+    if build is not None or "✓ build" in err or "✕ build" in err:
+        try:
+            figures = run_figures(_as_run_pack(path))
+        except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
+            figures = _from_ninja_log(path, err)
+        out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
+    oom = re.findall(r"OOM|Killed signal terminated program cicc", err)
+    out["oom_lines_in_log"] = len(oom)
+    if verify:
+        out["verify"] = {
+            "passed": verify["passed"], "wheel": verify["wheel"], "asked": verify["asked"],
+            "failures": verify["failures"],
+            "libraries": [{"path": lib["path"], "rule": lib["rule"], "applies": lib["applies"], "archs": lib["archs"],
+                           "missing": lib["missing"], "fp4": lib.get("fp4_matches")} for lib in verify["libraries"]],
+        }
+    return out
+
+
+def _as_run_pack(path: Path) -> Path:
+    """The pack with its members named `<label>-<file>`, as run_figures reads the other build runs' packs."""
+    out = Path(tempfile.mkdtemp(prefix="arch-builds-")) / path.name
+    with tarfile.open(path) as src, tarfile.open(out, "w:gz") as dst:
+        for m in src.getmembers():
+            if m.isfile() and (f := src.extractfile(m)):
+                m.name = f"run-{Path(m.name).name}"
+                dst.addfile(m, f)
+    return out
+
+
+def _from_ninja_log(path: Path, err: str) -> dict[str, Any]:
+    """What a raw pack without the recorder's profile still shows: the tool's build step, ninja's span and edges,
+    and the OOM kills the tool reported."""
+    with tarfile.open(path) as tar:
+        log = (member(tar, "ninja_log.txt") or b"").decode()
+    edges = ninja_edges(log) if log else []
+    step = re.search(r"[✓✕] build .*? \(([\d.]+) s\)", err)
+    return {"built": "✓ build" in err, "tool_build_step_s": float(step.group(1)) if step else None,
+            "ninja_wall_s": round(max(e[1] for e in edges) - min(e[0] for e in edges), 1) if edges else None,
+            "edges": len(edges), "compiler_cpu_s": None, "peak_gb": None,
+            "oom_kills": len(re.findall(r"OOM-killed|Killed signal terminated program", err)),
+            "note": "no profile.sqlite or memory sample in this pack: compiler CPU s and peak not measured"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arch-builds.json")
+    args = ap.parse_args()
+    builds = [one(p.resolve()) for p in sorted(args.raw)]
+    args.out.write_text(json.dumps({"builds": builds}, indent=1, sort_keys=True) + "\n")
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""bench/arch_builds.py: a build run's raw pack (as bench/arch_build.sh or the GPU host's script packs it) into
+the results file: the archs the plan gave, the build figures from the ninja log, verify per library."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def _add(tar: tarfile.TarFile, name: str, data: object) -> None:
+    raw = (data if isinstance(data, str) else json.dumps(data)).encode()
+    info = tarfile.TarInfo(name)
+    info.size = len(raw)
+    tar.addfile(info, io.BytesIO(raw))
+
+
+def test_a_pack_without_profile_gives_the_ninja_figures_and_verify_per_library(tmp_path: Path) -> None:
+    pack = tmp_path / "gb10-raw.tar.gz"
+    ninja_log = "# ninja log v7\n0\t60000\t0\ta.o\tx\n1000\t150000\t0\tb.o\ty\n150000\t151500\t0\tlib.so\tz\n"
+    verify = {"passed": True, "wheel": "sgl_kernel-0.3.21+cu130.sm121a.whl", "asked": ["sm_121a"], "failures": [],
+              "libraries": [{"path": "sgl_kernel/sm100/common_ops.abi3.so", "rule": "sgl_kernel/sm100/common_ops*",
+                             "applies": True, "archs": ["sm_121a"], "missing": [],
+                             "fp4_matches": {"sm_121a:OMMA\\.SF\\.\\S*E2M1": 512, "sm_121a:E2M1": 1128}}]}
+    with tarfile.open(pack, "w:gz") as tar:
+        _add(tar, "./host.txt", "16\nSat Dec  5 2026\nNVIDIA H200, 9.0\n")
+        _add(tar, "./build.err", "  [3/3] 151 s\n✓ build sgl-kernel (153.2 s)\n")
+        _add(tar, "./build.json", {"wheel": "x.whl"})
+        _add(tar, "./ninja_log.txt", ninja_log)
+        _add(tar, "./verify.json", verify)
+        _add(tar, "./steps.txt", "build rc=0 160 s\nverify --static rc=0 200 s\n")
+    out = tmp_path / "arch-builds.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "arch_builds.py"), str(pack), "--out", str(out)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    [build] = json.loads(out.read_text())["builds"]
+    assert build["build"]["built"] and build["build"]["tool_build_step_s"] == 153.2
+    assert build["build"]["ninja_wall_s"] == 151.5 and build["build"]["edges"] == 3
+    assert build["build"]["compiler_cpu_s"] is None and "not measured" in build["build"]["note"]
+    [lib] = build["verify"]["libraries"]
+    assert lib["fp4"]["sm_121a:OMMA\\.SF\\.\\S*E2M1"] == 512 and build["verify"]["passed"]
+    assert build["host"]["cores"] == 16 and build["steps"][0] == "build rc=0 160 s"
