@@ -7,7 +7,13 @@ exact-id figure beside them, and C=1 / C=32 throughput. Plus the checkpoint's tr
 each step's time and the notes (any backend asked for, and why). Nothing is typed by hand.
 
     python bench/gpu_h200_moe_serve.py moe-serve-raw.tar.gz [--out FILE] \
-        [--throughput-pair moe-serve-raw-ours.tar.gz moe-serve-raw-reference.tar.gz]
+        [--throughput-pair moe-serve-raw-ours.tar.gz moe-serve-raw-reference.tar.gz] \
+        [--run i54-raw.tar.gz] [--bisect moe-serve-raw-pcg-flashinfer.tar.gz]
+
+--run (issue 54, bench/gpu_h200_issue54.sh): the wheel that served (sha256, build and verify figures), the serve
+environment's imports and bench/cublas_capture_probe.py's rows. --bisect: the same bf16 start with another
+attention backend and piecewise CUDA graphs left on, with no retry: whether that start lived. A start that died
+and was retried (bench-first.err) is kept per variant with the server log's CUDA/cuBLAS lines.
 
 The pair (issue 41 item 5): the same model and server, one attention backend for both (ATTENTION=flashinfer,
 CHECKS=0, TAG=...), on this wheel and on another build of the same commit (the unpruned reference): output
@@ -68,6 +74,25 @@ def _agreement(report: Any) -> dict[str, Any] | None:
     }
 
 
+def _error_line(err: str) -> str | None:
+    return next((ln for ln in reversed(err.splitlines()) if ln.startswith("error: ")), None)
+
+
+# The server log's lines that say what failed in a start (the CUDA-graph failure of issue 54).
+_FAILURE = re.compile(r"CUBLAS_STATUS|CUDA error|cudaError|RuntimeError|AssertionError|Capture .*cuda graph|"
+                      r"piecewise|Exception|Error:|Traceback", re.IGNORECASE)
+
+
+def failure_lines(log: str, limit: int = 40) -> list[str]:
+    """The distinct lines of a server log that name an error or the CUDA-graph capture (first `limit`)."""
+    seen: list[str] = []
+    for line in log.splitlines():
+        line = line.strip()
+        if _FAILURE.search(line) and line not in seen:
+            seen.append(line[:400])
+    return seen[:limit]
+
+
 def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
     result = _json(tar, f"{name}/bench.json")
     err = _text(tar, f"{name}/bench.err")
@@ -77,9 +102,13 @@ def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
     ops = result.get("ops") or {}
     server = result.get("server") or {}
     rows = {row["concurrency"]: row for row in result.get("bench", [])}
-    error = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error: ")), None)
+    error = _error_line(err)
+    first = _text(tar, f"{name}/bench-first.err")
     return {
         "error": error,
+        "first_start": {"error": _error_line(first), "hint": next((ln.strip() for ln in first.splitlines()
+                                                                    if ln.strip().startswith("hint")), None)}
+        if first else None,
         "argv": result.get("argv"), "sglang": result.get("sglang"), "resolved": result.get("resolved"),
         "time_to_healthy_s": server.get("seconds_to_healthy"), "smoke": server.get("smoke"),
         "ops": {k: ops.get(k) for k in ("sgl_kernel_ops", "eager_during_requests", "graph_captured", "processes")},
@@ -111,11 +140,49 @@ def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
     return {**runs, "ratio_ours_over_reference": ratios}
 
 
+def run_record(path: Path) -> dict[str, Any]:
+    """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe."""
+    with tarfile.open(path) as tar:
+        build = _json(tar, "build.json") or {}
+        verify = _json(tar, "verify.json") or {}
+        sha = _text(tar, "wheel.sha256").split()
+        probe = [json.loads(ln) for ln in _text(tar, "probe.jsonl").splitlines() if ln.startswith("{")]
+        prov = build.get("provenance") or {}
+        return {
+            "raw": path.name,
+            "host": _text(tar, "host.txt").splitlines(),
+            "steps": _text(tar, "steps.txt").splitlines(),
+            "wheel": {"file": Path(build.get("wheel") or "").name or None, "sha256": sha[0] if sha else None,
+                      "bytes": int(sha[6]) if len(sha) > 6 and sha[6].isdigit() else None},
+            "build": {"recipe": prov.get("recipe"), "patch_series": prov.get("patch_series"),
+                      "archs": prov.get("archs"), "commit": prov.get("commit"), "seconds": prov.get("seconds"),
+                      "cpu_seconds": prov.get("cpu_seconds"), "jobs": build.get("jobs"),
+                      "oom_kills": build.get("oom_kills"),
+                      "fa3": {k: v for k, v in (prov.get("defines") or {}).items() if k.startswith("SGL_KERNEL_FA3")},
+                      "error": _error_line(_text(tar, "build.err"))},
+            "verify": {"passed": verify.get("passed"), "error": _error_line(_text(tar, "verify.err"))},
+            "imports": _text(tar, "imports.txt").strip().splitlines()[-3:],
+            "cublas_capture_probe": probe,
+        }
+
+
+def bisect_record(path: Path) -> dict[str, Any]:
+    """The bisect start: what it asked for (notes), whether it lived, its failure lines."""
+    with tarfile.open(path) as tar:
+        run = variant(tar, "bf16") or {}
+        return {"raw": path.name, "notes": _text(tar, "notes.txt").splitlines(),
+                "steps": _text(tar, "steps.txt").splitlines(), "error": run.get("error"),
+                "resolved": run.get("resolved"), "bench": run.get("bench"),
+                "server_log_failures": failure_lines(_text(tar, "server.log"))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/gpu_h200_moe_serve.sh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
     parser.add_argument("--throughput-pair", type=Path, nargs=2, metavar=("OURS", "REFERENCE"))
+    parser.add_argument("--run", type=Path, help="i54-raw.tar.gz of bench/gpu_h200_issue54.sh")
+    parser.add_argument("--bisect", type=Path, help="the bisect start's tarball (piecewise on, another attention)")
     args = parser.parse_args()
     with tarfile.open(args.raw) as tar:
         training = _json(tar, "training.json") or {}
@@ -133,9 +200,14 @@ def main() -> None:
                       "training": {k: v for k, v in training.items() if k != "tokens_per_expert_per_layer"},
                       "tokens_per_expert_per_layer": training.get("tokens_per_expert_per_layer")},
             "variants": runs,
+            "server_log_failures": failure_lines(_text(tar, "server.log")),
         }
     if args.throughput_pair:
         result["throughput_pair"] = throughput_pair(*args.throughput_pair)
+    if args.run:
+        result["run"] = run_record(args.run)
+    if args.bisect:
+        result["bisect"] = bisect_record(args.bisect)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in runs.items():
         close = (r["agreement"] or {}).get("logprobs_close") or {}

@@ -34,6 +34,11 @@ BUDGET_S=${BUDGET_S:-540}
 ATTENTION=${ATTENTION:-}
 CHECKS=${CHECKS:-1}
 TAG=${TAG:-}
+# RETRY=0: a start that dies is not tried again with the server's advice (a bisect start wants the failure itself).
+# START_TIMEOUT_S (900): one serve run's limit (SIGINT). BASE_ARGS: serve args (a TOML list's items, each with a leading comma) for every start, BASE_WHY their reason.
+RETRY=${RETRY:-1}
+BASE_ARGS=${BASE_ARGS:-}
+BASE_WHY=${BASE_WHY:-}
 export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc} BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
 R=/tmp/moe-serve-raw; rm -rf "$R"; mkdir -p "$R" "$OUT" "$MOE_CACHE"
 t0=$(date +%s)
@@ -66,7 +71,8 @@ cp "$FP8/config.json" "$R/config-fp8.json"
 # 2. The serve recipe: the build's recipe with a [serve] for this model. Default backends: only the tensor
 # parallel size is given (and the attention backend where the wheel lacks FA3, below).
 SERVE_PYTHON=${SERVE_PYTHON:-}
-EXTRA=""  # serve args beyond the defaults, each with its reason in notes.txt
+EXTRA="$BASE_ARGS"  # serve args beyond the defaults, each with its reason in notes.txt
+[ -z "$BASE_ARGS" ] || echo "args:$BASE_ARGS: $BASE_WHY" >> "$R/notes.txt"
 write_recipe() {  # $1: extra serve args (a TOML list's items)
   mkdir -p "$R/recipes"
   cat > "$R/recipes/moe-serve.toml" <<EOF
@@ -91,7 +97,7 @@ bench_prompts = 32
 SGLANG_JIT_DEEPGEMM_PRECOMPILE = "false"
 EOF
 }
-write_recipe ""
+write_recipe "$EXTRA"
 OVR=$R/recipes/moe-serve.toml
 if [ "$INSTALL" = 1 ]; then
   bk --json serve "$WHEEL" --recipe "$OVR" --install --wheelhouse "$WHEELHOUSE" > "$R/install.json" 2> "$R/install.err"
@@ -145,7 +151,7 @@ if [ -n "$ATTENTION" ]; then
 elif [ "$probe_rc" = 0 ]; then
   echo "attention: sglang's default (fa3 on H200): $(tail -1 "$R/fa3-probe.txt")" >> "$R/notes.txt"
 else
-  EXTRA=', "--attention-backend", "flashinfer"'; write_recipe "$EXTRA"
+  EXTRA="$EXTRA"', "--attention-backend", "flashinfer"'; write_recipe "$EXTRA"
   echo "attention: --attention-backend flashinfer: this wheel's FA3 does not run this model's attention" \
        "($(tail -1 "$R/fa3-probe.txt" | cut -c1-300)), so sglang's H200 default fa3 would fail at its first" \
        "call; flashinfer is sglang's default where fa3 is not picked" >> "$R/notes.txt"
@@ -164,7 +170,7 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   [ "$CHECKS" = 1 ] || checks=()
   # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
   start() {  # $1: the model folder
-    timeout -s INT 900 python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$1" --bench \
+    timeout -s INT "${START_TIMEOUT_S:-900}" python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$1" --bench \
       "${checks[@]}" > "$d/bench.json" 2> "$d/bench.err"
   }
   start "$2"
@@ -174,7 +180,7 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   # cuBLAS) is tried once more with that flag, and the notes say so: the first error stays in bench-first.err.
   local flag
   flag=$(grep -o -m1 -E "add --[a-z0-9-]+ to your launch command" "$d/bench.err" | cut -d' ' -f2)
-  if [ "$rc" != 0 ] && [ -n "$flag" ] && [[ "$EXTRA" != *"$flag"* ]]; then
+  if [ "$RETRY" = 1 ] && [ "$rc" != 0 ] && [ -n "$flag" ] && [[ "$EXTRA" != *"$flag"* ]]; then
     mv "$d/bench.err" "$d/bench-first.err"
     echo "$v: $flag, sglang's own advice after its default start failed: $(grep -m1 '^error' "$d/bench-first.err" | cut -c1-300)" >> "$R/notes.txt"
     EXTRA="$EXTRA, \"$flag\""; write_recipe "$EXTRA"

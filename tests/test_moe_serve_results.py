@@ -89,3 +89,50 @@ def test_the_throughput_pair_is_ours_over_the_reference_per_concurrency(tmp_path
     assert pair["ratio_ours_over_reference"] == {"C=1": 0.98, "C=32": 1.011}
     assert (pair["ours"]["wheel"], pair["reference"]["wheel"]) == ("/tmp/ours.whl", "/tmp/unpruned.whl")
     assert pair["ours"]["attention"] == pair["reference"]["attention"] == "flashinfer"
+
+
+def test_the_run_the_bisect_and_a_retried_start_are_kept(tmp_path: Path) -> None:
+    """Issue 54: the wheel's sha256 and build figures, the cuBLAS probe's rows, the first start's error where a
+    start was retried with sglang's advice, and the bisect start's outcome with its server log's failure lines."""
+    bench = {"resolved": {"resolved": {"attention_backend": "fa3"}},
+             "bench": [{"concurrency": 1, "output_throughput": 400.0}]}
+    failure = ("[2026-12-05 14:00:01] Scheduler hit an exception: RuntimeError: CUDA error: "
+               "CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`")
+    main = tmp_path / "moe-serve-raw.tar.gz"
+    with tarfile.open(main, "w:gz") as tar:
+        _add(tar, "bf16/bench.json", bench)
+        _add(tar, "bf16/bench.err", "✓ serve\n")
+        _add(tar, "bf16/bench-first.err", "error: the server exited early (code 1)\n  hint: add "
+                                          "--disable-piecewise-cuda-graph\n")
+        _add(tar, "server.log", f"loading\n{failure}\n{failure}\nCapture cuda graph end.\n")
+    run = tmp_path / "i54-raw.tar.gz"
+    build = {"wheel": "/tmp/bkw/sgl_kernel-0.3.21+x-cp310-abi3-linux_x86_64.whl", "jobs": [15], "oom_kills": 0,
+             "provenance": {"recipe": "h9", "patch_series": "sm120/v8", "archs": ["9.0a"], "seconds": 401.2,
+                            "cpu_seconds": 4000.0, "defines": {"SGL_KERNEL_FA3_HDIMS": "64", "Torch_DIR": "/x"}}}
+    with tarfile.open(run, "w:gz") as tar:
+        _add(tar, "build.json", build)
+        _add(tar, "verify.json", "✓ verify\n" + json.dumps({"passed": True}))
+        _add(tar, "wheel.sha256", "ab12  /tmp/bkw/x.whl\n-rw-r--r-- 1 root root 19000000 Dec  5 14:00 /tmp/bkw/x.whl\n")
+        _add(tar, "probe.jsonl", '{"case": "torch", "m": 8192, "k": 256, "n": 8, "outcome": "ok"}\nnoise\n')
+        _add(tar, "imports.txt", "imports ok\n")
+    bisect = tmp_path / "moe-serve-raw-pcg-flashinfer.tar.gz"
+    with tarfile.open(bisect, "w:gz") as tar:
+        _add(tar, "bf16/bench.err", "error: the server exited early (code 1)\n")
+        _add(tar, "notes.txt", "attention: --attention-backend flashinfer (ATTENTION: one backend for both wheels)\n")
+        _add(tar, "server.log", failure + "\n")
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+                           str(out), "--run", str(run), "--bisect", str(bisect)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["variants"]["bf16"]["first_start"] == {"error": "error: the server exited early (code 1)",
+                                                         "hint": "hint: add --disable-piecewise-cuda-graph"}
+    assert result["server_log_failures"] == [failure, "Capture cuda graph end."]  # each line once
+    assert result["run"]["wheel"] == {"file": "sgl_kernel-0.3.21+x-cp310-abi3-linux_x86_64.whl", "sha256": "ab12",
+                                      "bytes": 19000000}
+    assert result["run"]["build"]["fa3"] == {"SGL_KERNEL_FA3_HDIMS": "64"}
+    assert result["run"]["verify"] == {"passed": True, "error": None}
+    assert result["run"]["cublas_capture_probe"] == [{"case": "torch", "m": 8192, "k": 256, "n": 8, "outcome": "ok"}]
+    assert result["bisect"]["error"] == "error: the server exited early (code 1)"
+    assert result["bisect"]["server_log_failures"] == [failure]

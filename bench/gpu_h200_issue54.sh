@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Issue 54 on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
+#
+#   setsid bash bench/gpu_h200_issue54.sh > /tmp/i54.log 2>&1 < /dev/null &   # the whole run
+#   COLLECT=1 bash bench/gpu_h200_issue54.sh                                   # pack what there is into $OUT
+#
+# Steps, each packed as it ends (a machine taken back loses only the step it was in):
+#  1. the tool builds the 9.0a wheel offline from the carried partial mirrors (.device/mirrors -> the cache's
+#     mirrors/), recipe .device/h9.toml; verify; meanwhile the tiny MoE is trained on the GPU (bench/tiny_moe.py)
+#     and the serve environment is made: a venv that sees the host's torch (the serve stage's own
+#     environment.create) with the carried wheels --no-deps (sglang of the kernel's commit and what it imports:
+#     sglang's whole requirement list does not fit a carry, so no `serve --install`);
+#  2. an import check of sglang's server and bench, and bench/cublas_capture_probe.py (cuBLAS under CUDA-graph
+#     capture: torch alone, after importing the wheel, and around the wheel's ops);
+#  3. bench/gpu_h200_moe_serve.sh: bf16 and FP8, each through `build-kernel serve --bench` with the 64-prompt
+#     logprob-close check, sampled requests, the op report, C=1 and C=32; a start killed by the piecewise CUDA
+#     graph is retried with sglang's own advice (the first error kept);
+#  4. BISECT=1: the same bf16 start with piecewise CUDA graphs on and FA3 off (flashinfer attention), no retry;
+#  5. the same recipe for 12.1a (issue 53): build and static verify.
+# Steps 4 and 5 run only while DEADLINE_S (seconds from the start) leaves them room: 140 s and 270 s.
+# Raw output: $OUT/i54-raw.tar.gz (build, verify, probe, steps), $OUT/moe-serve-raw*.tar.gz (serve script),
+# $OUT/gb10-raw.tar.gz. Environment: OUT (/tmp/i54-out), BISECT (1), GB10 (1), DEADLINE_S (1150).
+set -u
+export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+OUT=${OUT:-/tmp/i54-out}
+R=/tmp/i54-raw G=/tmp/gb10-raw MOE_OUT=/tmp/moe-out
+if [ "${COLLECT:-0}" = 1 ]; then
+  mkdir -p "$OUT"
+  [ -d $R ] && tar -czf "$OUT/i54-raw.tar.gz" -C $R .
+  [ -d $G ] && tar -czf "$OUT/gb10-raw.tar.gz" -C $G .
+  cp $MOE_OUT/*.tar.gz "$OUT/" 2>/dev/null
+  cat $R/steps.txt 2>/dev/null; tail -3 /tmp/moe-serve-raw/steps.txt 2>/dev/null; exit 0
+fi
+# Run from a copy: each later device call syncs the working tree again, and this run must not change under itself.
+if [ -z "${I54_COPY:-}" ]; then
+  rm -rf /tmp/i54-repo && mkdir -p /tmp/i54-repo
+  cp -r build_kernel bench recipes patches examples pyproject.toml .device /tmp/i54-repo/
+  git -C "$REPO" rev-parse HEAD > /tmp/i54-repo/HEAD.txt 2>/dev/null; git -C "$REPO" status --short > /tmp/i54-repo/status.txt 2>/dev/null
+  exec env I54_COPY=1 bash /tmp/i54-repo/bench/gpu_h200_issue54.sh
+fi
+echo $$ > /tmp/i54.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/i54.pid)` stops all of it
+rm -rf $R $G $MOE_OUT; mkdir -p $R $G $MOE_OUT
+cp /tmp/i54-repo/HEAD.txt /tmp/i54-repo/status.txt $R/ 2>/dev/null
+t0=$(date +%s)
+step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; COLLECT=1 OUT=$OUT bash "$0" > /dev/null; }
+export BUILD_KERNEL_CACHE_DIR=/tmp/bkc BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw
+{ date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nproc
+  grep MemTotal /proc/meminfo; echo "CC=${CC:-} CXX=${CXX:-} CUDAHOSTCXX=${CUDAHOSTCXX:-}"; nvcc --version | tail -1
+  python3 -c 'import torch, transformers, triton; print(torch.__version__, torch.version.cuda, transformers.__version__, triton.__version__)'
+  } > $R/host.txt 2>&1
+
+# The tool's own dependencies; the carried mirrors as the cache's (fetch runs --offline from them).
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
+  .device/wh/[Gg]it[Pp]ython*.whl .device/wh/gitdb*.whl .device/wh/smmap*.whl .device/wh/unidiff*.whl \
+  .device/wh/pyelftools*.whl > $R/bk-site.log 2>&1
+export PYTHONPATH=$REPO:/tmp/bk-site
+mkdir -p $BUILD_KERNEL_CACHE_DIR && rm -rf $BUILD_KERNEL_CACHE_DIR/mirrors && cp -r .device/mirrors $BUILD_KERNEL_CACHE_DIR/mirrors
+bk() { python3 -m build_kernel --offline --json "$@"; }
+step "setup"
+
+# Beside the build: the checkpoints (GPU, seconds) and the serve environment (CPU, a minute).
+( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt ) &
+MOE_PID=$!
+( python3 - > $R/env.log 2>&1 <<'PY'
+import os
+from pathlib import Path
+from build_kernel.stages.serve import environment
+print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
+PY
+  /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
+    $(ls .device/wh/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') >> $R/env.log 2>&1
+  echo "env rc=$?" >> $R/side.txt ) &
+ENV_PID=$!
+
+bk build --recipe .device/h9.toml > $R/build.json 2> $R/build.err; step "build 9.0a rc=$?"
+cp "$(find $BUILD_KERNEL_CACHE_DIR/build -name .ninja_log 2>/dev/null | head -1)" $R/ninja_log.txt 2>/dev/null
+log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",""))' $R/build.json 2>/dev/null)
+[ -n "$log" ] && cp "$log" $R/build.log
+bk verify --recipe .device/h9.toml > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
+wait $MOE_PID $ENV_PID; step "side: $(tr '\n' ' ' < $R/side.txt)"
+WHEEL=$(ls -t $BUILD_KERNEL_OUTPUT_DIR/*.whl 2>/dev/null | head -1)
+[ -n "$WHEEL" ] || { step "no wheel"; exit 1; }
+sha256sum "$WHEEL" > $R/wheel.sha256; ls -l "$WHEEL" >> $R/wheel.sha256
+/tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --force-reinstall --no-compile "$WHEEL" >> $R/env.log 2>&1
+step "wheel into the serve environment rc=$?"
+
+# 2. Imports the server and the bench need; cuBLAS under capture.
+/tmp/sgenv/bin/python -c 'import sglang.srt.entrypoints.http_server, sglang.bench_serving, sgl_kernel, flashinfer, deep_gemm; print("imports ok")' \
+  > $R/imports.txt 2>&1; step "imports rc=$?"
+timeout 240 /tmp/sgenv/bin/python bench/cublas_capture_probe.py > $R/probe.jsonl 2> $R/probe.err; step "cublas probe rc=$?"
+
+# 3. The serve, both variants. The decode CUDA graphs are captured up to the bench's own concurrency (32).
+common=(INSTALL=0 SERVE_PYTHON=/tmp/sgenv/bin/python RECIPE=.device/h9.toml WHEELHOUSE=.device/wh WHEEL="$WHEEL"
+        START_TIMEOUT_S=420 MOE_CACHE=/tmp/moe-cache OUT=$MOE_OUT BUDGET_S=$(( ${DEADLINE_S:-1150} - ($(date +%s) - t0) ))
+        BASE_ARGS=', "--cuda-graph-max-bs", "32"'
+        BASE_WHY="decode CUDA graphs captured up to the bench's highest concurrency (32) instead of sglang's H200 default, so that each start (DeepGEMM/flashinfer JIT per captured size) fits the hold")
+env "${common[@]}" bash bench/gpu_h200_moe_serve.sh > $R/serve.log 2>&1; step "serve rc=$?"
+
+# 4. Bisect: piecewise CUDA graphs on (sglang's default), FA3 off.
+left() { echo $(( ${DEADLINE_S:-1150} - ($(date +%s) - t0) )); }
+if [ "${BISECT:-1}" = 1 ] && [ "$(left)" -lt 140 ]; then
+  step "bisect skipped: $(left) s left of DEADLINE_S=${DEADLINE_S:-1150}"
+elif [ "${BISECT:-1}" = 1 ]; then
+  # The serve log is appended across starts: the bisect's own starts only in its tarball.
+  mv $BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log $R/server-main.log 2>/dev/null
+  env "${common[@]}" VARIANTS=bf16 ATTENTION=flashinfer CHECKS=0 RETRY=0 TAG=pcg-flashinfer \
+    bash bench/gpu_h200_moe_serve.sh > $R/serve-bisect.log 2>&1; step "bisect (piecewise on, flashinfer) rc=$?"
+fi
+
+# 5. 12.1a (issue 53) while time is left.
+if [ "${GB10:-1}" = 1 ] && [ "$(left)" -ge 270 ]; then
+  cp $R/host.txt $G/
+  g0=$(date +%s)
+  BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw12 bk build --recipe .device/h12.toml --arch 12.1a > $G/build.json 2> $G/build.err
+  echo "build rc=$? $(( $(date +%s) - g0 )) s" >> $G/steps.txt
+  log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",""))' $G/build.json 2>/dev/null)
+  [ -n "$log" ] && cp "$log" $G/build.log
+  nl=$(ls -t $(find $BUILD_KERNEL_CACHE_DIR/build -name .ninja_log) 2>/dev/null | head -1); [ -n "$nl" ] && cp "$nl" $G/ninja_log.txt
+  BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw12 bk verify --static --recipe .device/h12.toml --arch 12.1a > $G/verify.json 2> $G/verify.err
+  echo "verify --static rc=$? $(( $(date +%s) - g0 )) s" >> $G/steps.txt
+  step "gb10 12.1a: $(tr '\n' ' ' < $G/steps.txt)"
+else
+  step "gb10 12.1a skipped: $(left) s left of DEADLINE_S=${DEADLINE_S:-1150}"
+fi
+step "done"
