@@ -105,10 +105,19 @@ def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str, batch:
     return so
 
 
-def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def plain_activation(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo wheel with activation.cu alone as its common_ops.so: the reference both SASS comparisons below
+    prove against (one real compile, read only by the tests)."""
+    folder = tmp_path_factory.mktemp("plain-activation")
+    return _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, folder / "a"), folder / "wa")
+
+
+def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild, plain_activation: Path,
+                                                          tmp_path: Path) -> None:
     # Real compiles of one TU: twice with the same flags in two folders (nvcc's anonymous-namespace
     # tag differs: normalised), and once with -use_fast_math (expf becomes other SASS).
-    plain = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "a"), tmp_path / "wa")
+    plain = plain_activation
     again = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "b"), tmp_path / "wb")
     fast = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "c", "-use_fast_math"),
                                tmp_path / "wc")
@@ -128,10 +137,11 @@ def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild
     assert first.startswith("instruction ") and ": pruned `" in first and "unpruned `" in first
 
 
-def test_a_batched_build_is_proven_across_translation_units(demo_build: DemoBuild, tmp_path: Path) -> None:
+def test_a_batched_build_is_proven_across_translation_units(demo_build: DemoBuild, plain_activation: Path,
+                                                             tmp_path: Path) -> None:
     # Real compiles: activation.cu alone, and #included by a unity batch; nvcc names its anonymous namespace
     # after the file it compiles, so the kernels only match once the TU's name is normalised.
-    plain = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "a"), tmp_path / "wa")
+    plain = plain_activation
     batched = _wheel_with_library(demo_build.wheel, _compile_activation(demo_build, tmp_path / "b", batch=True),
                                   tmp_path / "wb")
     strict = prune_proof.prove(batched, plain, FP4, env=os.environ)
