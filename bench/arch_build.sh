@@ -38,7 +38,7 @@ step() { echo "$* $(( $(date +%s) - t0 )) s" >> "$R/steps.txt"; pack; }
 # `seconds used-bytes` every 0.5 s, as bench/h200_arch_pruning.py's used_bytes() reads it.
 sample() {
     while :; do
-        echo "$(date +%s.%N) $(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print (t-a)*1024}' /proc/meminfo)" >> "$R/mem.txt"
+        echo "$(date +%s.%N) $(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{printf "%d", (t-a)*1024}' /proc/meminfo)" >> "$R/mem.txt"
         sleep 0.5
     done
 }

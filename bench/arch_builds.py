@@ -12,6 +12,7 @@ run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
@@ -67,13 +68,18 @@ def one(path: Path) -> dict[str, Any]:
 
 
 def _as_run_pack(path: Path) -> Path:
-    """The pack with its members named `<label>-<file>`, as run_figures reads the other build runs' packs."""
+    """The pack with its members named `<label>-<file>`, as run_figures reads the other build runs' packs; memory
+    samples as whole bytes (the first packs' awk printed `2.17654e+09`)."""
     out = Path(tempfile.mkdtemp(prefix="arch-builds-")) / path.name
     with tarfile.open(path) as src, tarfile.open(out, "w:gz") as dst:
         for m in src.getmembers():
             if m.isfile() and (f := src.extractfile(m)):
-                m.name = f"run-{Path(m.name).name}"
-                dst.addfile(m, f)
+                data = f.read()
+                if m.name.endswith("mem.txt"):
+                    data = "".join(f"{t} {int(float(u))}\n" for t, u, *_ in (line.split() for line in data.decode().splitlines()
+                                                                          if len(line.split()) >= 2)).encode()
+                m.name, m.size = f"run-{Path(m.name).name}", len(data)
+                dst.addfile(m, io.BytesIO(data))
     return out
 
 
