@@ -95,21 +95,21 @@ def test_an_unknown_tu_costs_what_finished_ones_took(tmp_path: Path) -> None:
 
 
 def test_the_shipped_profile_says_what_it_was_measured_for(tmp_path: Path) -> None:
-    shipped = REPO_ROOT / "recipes/nightly-cu130-pruned.profile.csv"
+    shipped = REPO_ROOT / "recipes/nightly-cu130.profile.csv"
     measured = planner.measured_for(shipped)
     assert measured["archs"] == "12.0a" and measured["commit"].startswith("6ffc74ef") and measured["series"] == "sm120/v6"
     # An overlay of the pruned recipe built for 9.0a (fp4 off): the ETA's note says the profile is for 12.0a.
     overlay = tmp_path / "site" / "hopper.toml"
     overlay.parent.mkdir()
-    overlay.write_text('extends = "nightly-cu130-pruned"\n[build]\narch = ["9.0a"]\nfp4 = false\n')
+    overlay.write_text('extends = "nightly-cu130"\n[build]\narch = ["9.0a"]\n')
     plan = resolve(recipe.load(str(overlay)), env={}, resources=RES, cache_dir=tmp_path / "cache")
     note = scheduling.profile_note(plan)
     # The profile was measured with series v6; the recipe has moved to v8 (0009, 0010) since, and the note says both.
-    assert note == ("the shipped order profile nightly-cu130-pruned.profile.csv was measured for 12.0a, series "
+    assert note == ("the shipped order profile nightly-cu130.profile.csv was measured for 12.0a, series "
                     "sm120/v6, this build is for 9.0a, series sm120/v8: the ETA re-estimates from the work done")
-    same = resolve(recipe.load("nightly-cu130-pruned"), env={}, resources=RES, cache_dir=tmp_path / "cache")
+    same = resolve(recipe.load("nightly-cu130"), env={}, resources=RES, cache_dir=tmp_path / "cache")
     assert scheduling.profile_note(same) == (
-        "the shipped order profile nightly-cu130-pruned.profile.csv was measured for series sm120/v6, this build "
+        "the shipped order profile nightly-cu130.profile.csv was measured for series sm120/v6, this build "
         "is for series sm120/v8: the ETA re-estimates from the work done")
     hopper = resolve(recipe.load(str(overlay)), env={}, resources=RES, cache_dir=tmp_path / "cache", arch="12.0a")
     assert "12.0a" not in (scheduling.profile_note(hopper) or "12.0a")  # same archs: only the series is named

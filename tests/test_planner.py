@@ -144,6 +144,8 @@ def test_plan_says_where_each_estimate_comes_from(project: Path, tmp_path: Path)
                             "from": "profile, 1 run(s)"}]
     assert data["scheduler"] == "auto" and data["in_effect"] in ("governor", "static") and data["default_gb"] > 0
     text = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path)).stdout
+    assert "heaviest csrc/nvfp4_quant.cu 0.88 GB (profile, 1 run(s)); 1 TUs known, any other" in text
+    text = run_cli("--cache-dir", str(cache), "plan", "--explain", "--recipe", str(path)).stdout
     assert "csrc/nvfp4_quant.cu: 0.88 GB (profile, 1 run(s))" in text and "any other TU" in text
     forced = json.loads(run_cli("--cache-dir", str(cache), "--json", "plan", "--recipe", str(path),
                                 "--compile-scheduler", "static").stdout)["scheduling"]

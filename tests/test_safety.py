@@ -781,16 +781,21 @@ def test_conflict_names_the_way_out(upstream: tuple[Path, str], project: Path, t
 # ---------------------------------------------------------------------------- recipe validation
 
 
+_NONE = ("FP4 kernels need an arch-specific 10.0+ target (e.g. 12.0a) and {archs} has none, while recipe fp4 sets "
+         'fp4 = "required": {hint}add an FP4 arch (--arch "{arch_list};12.0a"), or build without FP4 from an overlay '
+         "with fp4 = true (FP4 where the arch has it)")
+
+
 @pytest.mark.parametrize("archs,message", [
-    ('["10.0"]', "FP4 kernels need the arch-specific target: use 10.0a instead of 10.0"),  # 10.0 is Blackwell too
-    ('["8.0", "9.0a"]', "FP4 kernels need an arch >= 10.0 with 'a' (e.g. 12.0a); 8.0, 9.0a has none"),
+    ('["10.0"]', _NONE.format(archs="10.0", hint="use 10.0a instead of 10.0, or ", arch_list="10.0")),  # Blackwell too
+    ('["8.0", "9.0a"]', _NONE.format(archs="8.0, 9.0a", hint="", arch_list="8.0;9.0a")),
 ])
 def test_fp4_arch_problems_name_every_arch(project: Path, archs: str, message: str) -> None:
     from tests.test_recipe import GOOD, problems
 
     write_series(project, "s", "v1", {})
-    assert problems(project, "fp4", GOOD.replace('["12.0a"]', archs)) == [
-        f"{project / 'recipes' / 'fp4.toml'}:9: build.arch: {message}"]
+    required = GOOD.replace('["12.0a"]', archs).replace("fp4 = true", 'fp4 = "required"')
+    assert problems(project, "fp4", required) == [f"{project / 'recipes' / 'fp4.toml'}:9: build.arch: {message}"]
 
 
 @pytest.mark.parametrize("value,shown", [("false", "false"), ("true", "true"), ("{}", "{}"),
