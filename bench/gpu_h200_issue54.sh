@@ -59,9 +59,18 @@ export PYTHONPATH=$REPO:/tmp/bk-site
 mkdir -p $BUILD_KERNEL_CACHE_DIR && rm -rf $BUILD_KERNEL_CACHE_DIR/mirrors && cp -r .device/mirrors $BUILD_KERNEL_CACHE_DIR/mirrors
 bk() { python3 -m build_kernel --offline --json "$@"; }
 step "setup"
+# The hard stop: at DEADLINE_S the serve's files so far are kept, everything is packed, the group is stopped.
+( sleep "${DEADLINE_S:-1150}"; [ -f $R/done ] && exit 0
+  echo "${DEADLINE_S:-1150} s: DEADLINE_S reached: stopping the run" >> $R/steps.txt
+  mkdir -p $R/at-deadline; cp -r /tmp/moe-serve-raw/. $R/at-deadline/ 2>/dev/null
+  cp $BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log $R/at-deadline/server.log 2>/dev/null
+  cp -r $BUILD_KERNEL_CACHE_DIR/serve/ops/moe-serve $R/at-deadline/ops 2>/dev/null
+  COLLECT=1 OUT=$OUT bash "$0" > /dev/null; kill -INT -- -$$; sleep 8; kill -- -$$ ) &
 
 # Beside the build: the checkpoints (GPU, seconds) and the serve environment (CPU, a minute).
-( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt ) &
+( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt
+  timeout 120 python3 bench/cublas_capture_probe.py --case torch > $R/probe-torch.jsonl 2> $R/probe-torch.err
+  echo "probe torch rc=$?" >> $R/side.txt ) &
 MOE_PID=$!
 ( python3 - > $R/env.log 2>&1 <<'PY'
 import os
@@ -86,10 +95,14 @@ sha256sum "$WHEEL" > $R/wheel.sha256; ls -l "$WHEEL" >> $R/wheel.sha256
 /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --force-reinstall --no-compile "$WHEEL" >> $R/env.log 2>&1
 step "wheel into the serve environment rc=$?"
 
-# 2. Imports the server and the bench need; cuBLAS under capture.
-/tmp/sgenv/bin/python -c 'import sglang.srt.entrypoints.http_server, sglang.bench_serving, sgl_kernel, flashinfer, deep_gemm; print("imports ok")' \
-  > $R/imports.txt 2>&1; step "imports rc=$?"
-timeout 240 /tmp/sgenv/bin/python bench/cublas_capture_probe.py > $R/probe.jsonl 2> $R/probe.err; step "cublas probe rc=$?"
+# 2. Beside the serve (small GPU work, no timing of its own): the imports the server and bench need, and cuBLAS
+# under capture after importing the wheel and around its ops (the torch-only case ran beside the build).
+( /tmp/sgenv/bin/python -c 'import sglang.srt.entrypoints.http_server, sglang.bench_serving, sgl_kernel, flashinfer, deep_gemm; print("imports ok")' \
+    > $R/imports.txt 2>&1; echo "imports rc=$?" >> $R/side.txt
+  for c in torch+import layer; do
+    timeout 120 /tmp/sgenv/bin/python bench/cublas_capture_probe.py --case $c >> $R/probe.jsonl 2>> $R/probe.err
+    echo "probe $c rc=$?" >> $R/side.txt
+  done ) &
 
 # 3. The serve, both variants. The decode CUDA graphs are captured up to the bench's own concurrency (32).
 common=(INSTALL=0 SERVE_PYTHON=/tmp/sgenv/bin/python RECIPE=.device/h9.toml WHEELHOUSE=.device/wh WHEEL="$WHEEL"
@@ -124,4 +137,4 @@ if [ "${GB10:-1}" = 1 ] && [ "$(left)" -ge 270 ]; then
 else
   step "gb10 12.1a skipped: $(left) s left of DEADLINE_S=${DEADLINE_S:-1150}"
 fi
-step "done"
+touch $R/done; step "done: $(tr '\n' ' ' < $R/side.txt)"

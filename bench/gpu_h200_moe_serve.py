@@ -143,15 +143,17 @@ def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
 def run_record(path: Path) -> dict[str, Any]:
     """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe."""
     with tarfile.open(path) as tar:
-        build = _json(tar, "build.json") or {}
-        verify = _json(tar, "verify.json") or {}
-        sha = _text(tar, "wheel.sha256").split()
-        probe = [json.loads(ln) for ln in _text(tar, "probe.jsonl").splitlines() if ln.startswith("{")]
+        build = _json(tar, "./build.json") or {}
+        verify = _json(tar, "./verify.json") or {}
+        sha = _text(tar, "./wheel.sha256").split()
+        probe = [json.loads(ln) for name in ("probe-torch.jsonl", "probe.jsonl")
+                 for ln in _text(tar, f"./{name}").splitlines() if ln.startswith("{")]
+        cut = _text(tar, "at-deadline/bf16/bench.err") or _text(tar, "at-deadline/server.log")
         prov = build.get("provenance") or {}
         return {
             "raw": path.name,
-            "host": _text(tar, "host.txt").splitlines(),
-            "steps": _text(tar, "steps.txt").splitlines(),
+            "host": _text(tar, "./host.txt").splitlines(),
+            "steps": _text(tar, "./steps.txt").splitlines(),
             "wheel": {"file": Path(build.get("wheel") or "").name or None, "sha256": sha[0] if sha else None,
                       "bytes": int(sha[6]) if len(sha) > 6 and sha[6].isdigit() else None},
             "build": {"recipe": prov.get("recipe"), "patch_series": prov.get("patch_series"),
@@ -159,10 +161,14 @@ def run_record(path: Path) -> dict[str, Any]:
                       "cpu_seconds": prov.get("cpu_seconds"), "jobs": build.get("jobs"),
                       "oom_kills": build.get("oom_kills"),
                       "fa3": {k: v for k, v in (prov.get("defines") or {}).items() if k.startswith("SGL_KERNEL_FA3")},
-                      "error": _error_line(_text(tar, "build.err"))},
-            "verify": {"passed": verify.get("passed"), "error": _error_line(_text(tar, "verify.err"))},
-            "imports": _text(tar, "imports.txt").strip().splitlines()[-3:],
+                      "error": _error_line(_text(tar, "./build.err"))},
+            "verify": {"passed": verify.get("passed"), "error": _error_line(_text(tar, "./verify.err"))},
+            "imports": _text(tar, "./imports.txt").strip().splitlines()[-3:],
             "cublas_capture_probe": probe,
+            # A serve cut by the run's DEADLINE_S: what its start had said by then.
+            "at_deadline": {"bench_err_tail": _text(tar, "at-deadline/bf16/bench.err").splitlines()[-5:],
+                            "server_log_failures": failure_lines(_text(tar, "at-deadline/server.log"))}
+            if cut else None,
         }
 
 
