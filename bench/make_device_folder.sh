@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Make the gitignored .device/ folder that bench/gpu_h200_issue54.sh (and gpu_h200_moe_serve.sh) carry to the GPU
+# host, on a machine with the public snapshots and a package index (made for issue 54, 2026-12-05: 49 MB, under the
+# device tool's 64 MiB carry with the tree's ~5 MB):
+#
+#   MIRRORS=/work/.mirror bash bench/make_device_folder.sh
+#
+# MIRRORS: a folder of bare snapshots named <owner>+<name>/repo (sgl-project/sglang as
+# ai-blaise+optimization-playground, which keeps upstream's hashes; NVIDIA+cutlass, flashinfer-ai+flashinfer,
+# sgl-project+DeepGEMM, sgl-project+sgl-flash-attn, sgl-project+FlashMLA, microsoft+mscclpp, fmtlib+fmt,
+# nlohmann+json). Nothing here names a snapshot in a recipe: the recipes keep their public URLs, and
+# .device/gitenv.sh rewrites them for git at run time only.
+#
+# What it writes:
+#   .device/h9.toml, h12.toml   overlays of nightly-cu130-pruned with the host's lines only (torch "existing",
+#                               system CUDA, 9.0a with FA3 for the tiny MoE's head dim 64 / 12.1a, and sgl-flash-attn
+#                               f866ec34 for sgl-attn bcf72ccc, which no public snapshot holds)
+#   .device/gitenv.sh           git's url.<snapshot>.insteadOf=<public URL> through GIT_CONFIG_COUNT; a file://
+#                               upload-pack gets its filter/SHA-want settings through remote.origin.uploadpack
+#                               (git clears GIT_CONFIG_* for local transports)
+#   .device/triton-src          a stand-in for triton's tag v3.5.1 (no snapshot has it): python/triton_kernels only,
+#                               which sgl-kernel merely installs into the wheel
+#   .device/mirrors             the tool's own partial mirrors after `build-kernel fetch` (blob-less, the build's
+#                               paths only: ~9 MB), copied into the host's cache so the build runs --offline
+#   .device/wh                  wheels for Python 3.12: the tool's dependencies, what sglang's server and
+#                               bench_serving import beyond the host's packages, and the sglang wheel of the
+#                               kernel's commit (built by the serve stage's own sglang_dist.build)
+set -eu
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+: "${MIRRORS:?a folder of <owner>+<name>/repo bare snapshots}"
+PY=${PY:-$REPO/.venv/bin/python}
+D=$REPO/.device
+mkdir -p "$D"
+
+cat > "$D/gitenv.sh" <<'EOF'
+# Source me: git rewrites the recipe's public URLs to local snapshots, through git's own config environment.
+# MIRRORS: folder of <owner>+<name>/repo bare snapshots; TRITON: the triton_kernels stand-in. Run time only.
+_gi=0
+_gc() { export GIT_CONFIG_KEY_$_gi="$1" GIT_CONFIG_VALUE_$_gi="$2"; _gi=$((_gi+1)); }
+_gc protocol.file.allow always
+_gc remote.origin.uploadpack "git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack"
+_gm() { [ -d "$MIRRORS/$2/repo" ] && _gc "url.file://$MIRRORS/$2/repo.insteadOf" "https://github.com/$1"; }
+_gm sgl-project/sglang.git ai-blaise+optimization-playground
+_gm NVIDIA/cutlass.git NVIDIA+cutlass
+_gm flashinfer-ai/flashinfer.git flashinfer-ai+flashinfer
+_gm sgl-project/DeepGEMM.git sgl-project+DeepGEMM
+_gm sgl-project/sgl-flash-attn.git sgl-project+sgl-flash-attn
+_gm sgl-project/FlashMLA.git sgl-project+FlashMLA
+_gm microsoft/mscclpp.git microsoft+mscclpp
+_gm fmtlib/fmt.git fmtlib+fmt
+_gm nlohmann/json.git nlohmann+json
+[ -n "${TRITON:-}" ] && _gc "url.file://$TRITON.insteadOf" "https://github.com/triton-lang/triton.git"
+export GIT_CONFIG_COUNT=$_gi
+unset -f _gc _gm; unset _gi
+EOF
+
+FA=$(cat <<'EOF'
+# The public snapshots lack sgl-attn bcf72ccc: sgl-flash-attn f866ec34 (0.3.21's own pin) stands in.
+[deps.repo-flash-attention]
+repo = "https://github.com/sgl-project/sgl-flash-attn.git"
+commit = "f866ec34002250e74c8bbcbcffa0e1ae71300b2d"
+paths = ["csrc/flash_attn", "hopper"]
+EOF
+)
+cat > "$D/h9.toml" <<EOF
+# The GPU host (sm_90a, nvcc 13.0, torch 2.11+cu130 at /opt/torch/.venv, no network): host lines only.
+extends = "nightly-cu130-pruned"
+description = "issue 54: nightly-cu130-pruned on the GPU host, 9.0a, FA3 for the tiny MoE (head_dim 64, bf16)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+[build]
+arch = ["9.0a"]
+fp4 = false
+# The tiny MoE (bench/tiny_moe.py): head_dim 64, bf16 KV, no softcap; sglang's H200 default attention is fa3.
+fa3 = "listed"
+fa3_head_dims = ["64"]
+fa3_dtypes = ["bf16"]
+
+[build.defines]
+SGL_KERNEL_FA3 = "ON"
+
+$FA
+EOF
+cat > "$D/h12.toml" <<EOF
+# Issue 53 on the GPU host: the same recipe for 12.1a (GB10), built and statically verified only.
+extends = "nightly-cu130-pruned"
+description = "issue 53: nightly-cu130-pruned on the GPU host for 12.1a (static verify only)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+$FA
+EOF
+
+# The triton_kernels stand-in, tagged v3.5.1 (fixed dates: the same commit every time).
+rm -rf "$D/triton-src" && mkdir -p "$D/triton-src/python/triton_kernels/triton_kernels"
+echo "# Stand-in for triton v3.5.1's python/triton_kernels: sgl-kernel only installs this folder." \
+  > "$D/triton-src/python/triton_kernels/triton_kernels/__init__.py"
+( cd "$D/triton-src" && git init -q && git add -A \
+  && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z \
+     git -c user.name=standin -c user.email=standin@localhost commit -qm "triton_kernels stand-in" && git tag v3.5.1 )
+
+# The partial mirrors: the tool's own fetch against the snapshots, into a scratch cache.
+export MIRRORS TRITON=$D/triton-src
+# shellcheck source=/dev/null
+source "$D/gitenv.sh"
+C=$(mktemp -d)
+"$PY" -m build_kernel --cache-dir "$C" fetch --recipe "$D/h9.toml" > /dev/null
+rm -rf "$D/mirrors" && mkdir -p "$D/mirrors" && cp -r "$C"/mirrors/*.git "$D/mirrors/"
+
+# The wheelhouse: the tool's dependencies and what sglang's server imports beyond the host's packages (the list
+# that let sglang 0.5.9 start there, 2026-12-01: shared/data/sglang-0.5.9-offline-wheels-h200.txt), plus datasets
+# and multiprocess (bench_serving imports sglang.benchmark.datasets.mmmu, which imports datasets).
+mkdir -p "$D/wh"
+LIST=${WHEEL_LIST:-$REPO/../shared/data/sglang-0.5.9-offline-wheels-h200.txt}
+{ grep -v '^#' "$LIST" | grep -v '^sglang-' | sed -E 's/^(.*)-([^-]+)$/\1==\2/'
+  printf '%s\n' GitPython gitdb smmap unidiff pyelftools datasets multiprocess; } > "$C/wheels.txt"
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_35_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64 \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+  -d "$D/wh" -r "$C/wheels.txt"
+# sglang of the kernel's commit (python/ of the same snapshot), as the serve stage builds it.
+"$PY" - "$D/h9.toml" "$C" "$D/wh" <<'PY'
+import os, shutil, sys
+from pathlib import Path
+from build_kernel import recipe
+from build_kernel.plan import resolve
+from build_kernel.stages.serve import sglang_dist
+plan = resolve(recipe.load(sys.argv[1]), cache_dir=Path(sys.argv[2]))
+wheel = sglang_dist.build(plan, sys.executable, dict(os.environ), log_path=Path(sys.argv[2]) / "sglang-build.log")
+shutil.copy2(wheel, sys.argv[3])
+print(wheel.name)
+PY
+rm -rf "$C"
+du -sh "$D"
