@@ -15,7 +15,8 @@
 #  3. bench/gpu_h200_moe_serve.sh: bf16 and FP8, each through `build-kernel serve --bench` with the 64-prompt
 #     logprob-close check, sampled requests, the op report, C=1 and C=32; a start killed by the piecewise CUDA
 #     graph is retried with sglang's own advice (the first error kept);
-#  4. BISECT=1: the same bf16 start with piecewise CUDA graphs on and FA3 off (flashinfer attention), no retry;
+#  4. BISECT=1: the same bf16 start with piecewise CUDA graphs on and --context-length 4096, no retry (BISECT_FA3=1:
+#     also with FA3 off);
 #  5. the same recipe for 12.1a (issue 53): build and static verify.
 # Steps 4 and 5 run only while DEADLINE_S (seconds from the start) leaves them room: 140 s and 270 s.
 # Raw output: $OUT/i54-raw.tar.gz (build, verify, probe, steps), $OUT/moe-serve-raw*.tar.gz (serve script),
@@ -105,21 +106,29 @@ step "wheel into the serve environment rc=$?"
   done ) &
 
 # 3. The serve, both variants. The decode CUDA graphs are captured up to the bench's own concurrency (32).
+common_args=', "--cuda-graph-max-bs", "32"'
 common=(INSTALL=0 SERVE_PYTHON=/tmp/sgenv/bin/python RECIPE=.device/h9.toml WHEELHOUSE=.device/wh WHEEL="$WHEEL"
         START_TIMEOUT_S=420 MOE_CACHE=/tmp/moe-cache OUT=$MOE_OUT BUDGET_S=$(( ${DEADLINE_S:-1150} - ($(date +%s) - t0) ))
-        BASE_ARGS=', "--cuda-graph-max-bs", "32"'
+        BASE_ARGS="$common_args"
         BASE_WHY="decode CUDA graphs captured up to the bench's highest concurrency (32) instead of sglang's H200 default, so that each start (DeepGEMM/flashinfer JIT per captured size) fits the hold")
 env "${common[@]}" bash bench/gpu_h200_moe_serve.sh > $R/serve.log 2>&1; step "serve rc=$?"
 
-# 4. Bisect: piecewise CUDA graphs on (sglang's default), FA3 off.
+# 4. Bisect of the piecewise CUDA-graph failure (issue 54): the tiny MoE's context is now 32,768 (bench/tiny_moe.py:
+# CONTEXT), so the default start above captures 8,192-token shapes inside it. The same bf16 start with
+# --context-length 4096 (the context the 2026-12-03 run had), piecewise CUDA graphs on, no retry, should die in
+# cuBLAS again if the cause is sglang's one-request warm-up past the context; BISECT_FA3=1 adds the start with the
+# old context and FA3 off (flashinfer attention).
 left() { echo $(( ${DEADLINE_S:-1150} - ($(date +%s) - t0) )); }
-if [ "${BISECT:-1}" = 1 ] && [ "$(left)" -lt 140 ]; then
-  step "bisect skipped: $(left) s left of DEADLINE_S=${DEADLINE_S:-1150}"
-elif [ "${BISECT:-1}" = 1 ]; then
-  # The serve log is appended across starts: the bisect's own starts only in its tarball.
-  mv $BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log $R/server-main.log 2>/dev/null
-  env "${common[@]}" VARIANTS=bf16 ATTENTION=flashinfer CHECKS=0 RETRY=0 TAG=pcg-flashinfer \
-    bash bench/gpu_h200_moe_serve.sh > $R/serve-bisect.log 2>&1; step "bisect (piecewise on, flashinfer) rc=$?"
+bisect() {  # $1: tag, $2: extra serve args, $3: ATTENTION
+  if [ "$(left)" -lt 140 ]; then step "bisect $1 skipped: $(left) s left of DEADLINE_S=${DEADLINE_S:-1150}"; return; fi
+  # The serve log is appended across starts: each bisect's own starts only in its tarball.
+  mv $BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log $R/server-before-$1.log 2>/dev/null
+  env "${common[@]}" BASE_ARGS="${common_args}$2" BASE_WHY="bisect $1: the run's args plus$2, piecewise CUDA graphs on" VARIANTS=bf16 ATTENTION="$3" CHECKS=0 RETRY=0 TAG="$1" \
+    bash bench/gpu_h200_moe_serve.sh > $R/serve-$1.log 2>&1; step "bisect $1 rc=$?"
+}
+if [ "${BISECT:-1}" = 1 ]; then
+  bisect pcg-context4096 ', "--context-length", "4096"' ""
+  [ "${BISECT_FA3:-0}" = 1 ] && bisect pcg-context4096-flashinfer ', "--context-length", "4096"' flashinfer
 fi
 
 # 5. 12.1a (issue 53) while time is left.

@@ -75,13 +75,22 @@ class Shape:
             raise SystemExit("tiny_moe: heads must be a multiple of kv_heads, and top_k at most experts")
 
 
+# The context length: at least the largest prefill shape sglang captures in its piecewise CUDA graph (by default
+# its chunked prefill size: 8,192 on an H200, 16,384 on larger GPUs). sglang at 6ffc74ef warms each captured shape
+# up as ONE request of that many tokens, so a shorter context overruns the request's token table; the first
+# failing call was cuBLAS's (CUBLAS_STATUS_EXECUTION_FAILED in piecewise_cuda_graph_runner.warmup_compile, H200,
+# 2026-12-03, with 4,096). Upstream: sglang#21112, fixed by #22516 (clamp to the context) and #30206 (several
+# requests per shape), both after the pin.
+CONTEXT = 32768
+
+
 def config(shape: Shape) -> dict[str, Any]:
     return {
         "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": shape.hidden,
         "intermediate_size": shape.intermediate, "num_hidden_layers": shape.layers,
         "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
         "head_dim": shape.hidden // shape.heads, "num_local_experts": shape.experts,
-        "num_experts_per_tok": shape.top_k, "vocab_size": shape.vocab, "max_position_embeddings": 4096,
+        "num_experts_per_tok": shape.top_k, "vocab_size": shape.vocab, "max_position_embeddings": CONTEXT,
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 0, "eos_token_id": 1,
         "torch_dtype": "bfloat16", "tie_word_embeddings": False, "hidden_act": "silu", "sliding_window": None,
         "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
