@@ -4,7 +4,8 @@ Reads each `<label>-raw.tar.gz` that bench/arch_build.sh packed (host.txt, plan.
 ninja_log.txt, profile.sqlite, verify.json) and writes one JSON file: per build the host, the archs asked and
 what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
 run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower bound) and verify per library
-(archs found, missing, FP4 opcode counts per arch).
+(archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
+which other work on a shared box moves; `largest_tu_peak` is the recorder's own peak of the largest compile.
 
     python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz [--out bench/results/arch-builds.json]
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import ROOT, member, ninja_edges, run_figures
+from h200_arch_pruning import ROOT, compiles, member, ninja_edges, run_figures
 
 
 def _json(tar: tarfile.TarFile, name: str) -> Any:
@@ -55,6 +56,12 @@ def one(path: Path) -> dict[str, Any]:
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
             figures = _from_ninja_log(path, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
+        with tarfile.open(path) as tar:
+            db = member(tar, "profile.sqlite")
+        if db:  # the host's memory in use moves with whatever else runs on a shared box; a TU's own peak does not
+            rows = compiles(db)
+            top = max(rows, key=lambda r: r["tree_peak_mb"])
+            out["build"]["largest_tu_peak"] = {"source": top["source"], "gb": round(top["tree_peak_mb"] / 1024, 1)}
     oom = re.findall(r"OOM|Killed signal terminated program cicc", err)
     out["oom_lines_in_log"] = len(oom)
     if verify:
