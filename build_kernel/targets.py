@@ -89,14 +89,9 @@ def twins(first: Arch, second: Arch) -> str:
             f"({first.torch}: {kind[first.suffix]}; {second.torch}: {kind[second.suffix]})")
 
 
-def fp4_archs(archs: tuple[Arch, ...], fp4: bool | str) -> tuple[Arch, ...]:
-    """The asked archs that get FP4 kernels: those that can run them, when the recipe wants FP4 at all."""
-    return tuple(a for a in archs if fp4 and a.fp4_capable)
-
-
 def fp4_problem(archs: tuple[Arch, ...], fp4: bool | str, recipe_name: str) -> str | None:
     """`fp4 = "required"` with no asked arch that can run FP4: one line naming both ways on."""
-    if fp4 != "required" or fp4_archs(archs, fp4):
+    if fp4 != "required" or any(a.fp4_capable for a in archs):
         return None
     generic = [a for a in archs if a.major >= 10 and not a.fp4_capable]
     hint = f"use {generic[0].major}.{generic[0].minor}a instead of {generic[0].torch}, or " if generic else ""
@@ -106,10 +101,8 @@ def fp4_problem(archs: tuple[Arch, ...], fp4: bool | str, recipe_name: str) -> s
             f"fp4 = true (FP4 where the arch has it)")
 
 
-def fp4_note(arch: Arch, fp4: bool | str) -> str:
+def fp4_note(arch: Arch) -> str:
     """Why an arch gets FP4 or not, for the plan's arch rows."""
-    if not fp4:
-        return "no (fp4 = false)"
     if arch.fp4_capable:
         return "yes"
     if arch.major >= 10:
@@ -154,17 +147,21 @@ class ArchRow:
     parts: dict[str, bool]
 
 
-def arch_rows(archs: tuple[Arch, ...], spec: Verify, fp4: bool | str) -> list[ArchRow]:
+def arch_rows(archs: tuple[Arch, ...], spec: Verify) -> list[ArchRow]:
+    """Per asked arch, what its GPUs get, by verify's own rules: FP4 where a library with `fp4` (or the recipe's
+    `fp4_library`) loads on an arch that runs FP4, which is what verify then asks of the wheel's SASS."""
     named = list(dict.fromkeys(name for rule in spec.libraries for name in rule.carries))
+    fp4_rules = [*spec.libraries, *([LibraryRule(glob=spec.fp4_library, fp4=True)] if spec.fp4_library else [])]
     rows = []
     for arch in archs:
         rules = [rule for rule in spec.libraries if wanted(rule, (arch,)) is not None]
         has = {name for rule in rules for name in rule.carries
                if not rule.carries_on or arch.cc in {a.cc for a in parse_arch_list(list(rule.carries_on))}}
-        # A recipe with FP4 rules: the arch gets FP4 only through a library that has them and loads on it.
-        fp4_lib = any(rule.fp4 for rule in rules) or not any(rule.fp4 for rule in spec.libraries)
-        note = fp4_note(arch, fp4)
-        rows.append(ArchRow(arch.torch, [rule.glob for rule in rules],
-                            note if not note.startswith("yes") or fp4_lib else "no (no FP4 library loads on it)",
-                            {name: name in has for name in named}))
+        fp4_here = any(rule.fp4 and wanted(rule, (arch,)) is not None for rule in fp4_rules)
+        note = fp4_note(arch) if not arch.fp4_capable or fp4_here else "no (no library of the recipe holds FP4 kernels)"
+        rows.append(ArchRow(arch.torch, [rule.glob for rule in rules], note, {name: name in has for name in named}))
     return rows
+
+
+def fp4_archs(rows: list[ArchRow]) -> list[str]:
+    return [row.arch for row in rows if row.fp4 == "yes"]

@@ -75,10 +75,11 @@ class Toolchain:
 @dataclass(frozen=True)
 class Build:
     arch: tuple[Arch, ...] = _doc("Arch list (TORCH_CUDA_ARCH_LIST), e.g. [\"12.0a\"].", factory=tuple)
-    fp4: bool | str = _doc("FP4 kernels: `true` for every asked arch that can run them (arch-specific 10.0+: 12.0a, "
-                           "10.0a, 12.1a, 12.0f) and none for the others (a list without one builds without FP4, "
-                           "said by `plan`); `\"required\"`: the same, and a list without an FP4 arch is refused; "
-                           "`false`: none.", False)
+    fp4: bool | str = _doc("What the recipe is for: `true`, FP4 kernels for every asked arch that runs them (arch-specific "
+                           "or family 10.0+: 12.0a, 10.0a, 12.1a, 12.0f), none for the others, and a list without one "
+                           "builds without FP4 (said by `plan`); `\"required\"`: such a list is refused; `false`: no FP4 "
+                           "is asked. Which libraries hold FP4, and what verify asks of their SASS, are the "
+                           "`[verify.libraries]` rules with `fp4`.", False)
     min_arch: str = _doc("The oldest compute capability the source can build (e.g. `8.0`): older asked archs are "
                          "refused in one line with `min_arch_reason`.", "")
     min_arch_reason: str = _doc("Why the source cannot build below `min_arch`, citing the source.", "")

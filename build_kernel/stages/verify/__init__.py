@@ -61,7 +61,7 @@ class VerifyStage:
             report = checks.verify(wheel, ctx.plan.recipe.verify, ctx.plan.archs, env=ctx.env, python=python,
                                    gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck,
                                    static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda,
-                                   counts_dir=ctx.plan.cache_dir / cubins_counts, fp4=ctx.plan.recipe.build.fp4)
+                                   counts_dir=ctx.plan.cache_dir / cubins_counts)
             if report.from_record:
                 log.info(f"{wheel.name}: verified before with the same checks (record {wheel.name}{RECORD_SUFFIX}; "
                          "--recheck runs them again)")

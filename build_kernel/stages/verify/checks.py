@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from build_kernel import driver_stub, import_probe, targets, toolchain
+from build_kernel import driver_stub, import_probe, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
@@ -42,8 +42,7 @@ LIBRARY = re.compile(r"\.so(\.\d+)*$")
 
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[str, str],
            python: str = sys.executable, gpu_check: str = "", cuda_home: str | None = None,
-           reuse: bool = False, static: bool = False, want_cuda: str = "", counts_dir: Path | None = None,
-           fp4: bool | str = True) -> Report:
+           reuse: bool = False, static: bool = False, want_cuda: str = "", counts_dir: Path | None = None) -> Report:
     """Check one wheel; write `<wheel>.verify.json`; return the report.
 
     `env` is the base of the tools' and the probe's environments (the plan's).
@@ -51,11 +50,9 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
     `static`: device code only, no import (a wheel for another torch or CUDA, a host without torch).
     `want_cuda`: the CUDA the recipe targets; libraries linking another major's CUDA libraries are a warning.
     `counts_dir`: where each cubin's FP4 opcode counts are kept by its content (cubins.fp4_scan).
-    `fp4`: the recipe's [build] fp4: FP4 is required of exactly the archs the plan gives it (targets.fp4_archs).
     """
     digest = checks_digest({"spec": spec, "archs": [a.sm for a in archs], "gpu_check": gpu_check or spec.gpu_check,
-                            "python": python, "static": static, "want_cuda": want_cuda,
-                            **({"fp4": fp4} if fp4 is not True else {})})
+                            "python": python, "static": static, "want_cuda": want_cuda})
     if reuse and (recorded := reusable(wheel, digest)) is not None:
         return recorded
     report = Report(wheel.name, sha256_of(wheel), [a.sm for a in archs], checks_digest=digest, stat=file_stat(wheel),
@@ -66,7 +63,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         tmp = Path(tmp_str)
         site = tmp / "site"
         libs, aliases = unpack(wheel, site, libraries_only=static)
-        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp, counts_dir, fp4=fp4)
+        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp, counts_dir)
         _cuda_linked(report, libs, want_cuda)
         _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
@@ -126,7 +123,7 @@ def _library(so: Path, rel: str, found: cubins.Listing, spec: Verify, archs: tup
 
 def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
                    archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path,
-                   counts_dir: Path | None = None, fp4: bool | str = True) -> None:
+                   counts_dir: Path | None = None) -> None:
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool:
         listings = list(pool.map(lambda so: cubins.listing(so, tool, env), libs))
@@ -138,7 +135,7 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
         lib.aliases = aliases.get(so, [])
         rule = rule_for(rel, spec)
         if lib.applies and rule.fp4 and spec.fp4_sass:  # FP4 of the asked archs whose GPUs load it
-            _fp4(report, lib, so, spec, targets.fp4_archs(loading(rule, archs), fp4), tool, env, tmp, workers, counts_dir)
+            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers, counts_dir)
         report.libraries.append(lib)
     if not report.libraries:
         report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
@@ -177,8 +174,9 @@ def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:
                                f"CUDA {want_cuda}: it will not load on a CUDA {want_cuda.split('.')[0]} stack")
 
 
-def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, fp4_archs: tuple[Arch, ...], tool: str,
+def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, archs: tuple[Arch, ...], tool: str,
          env: Mapping[str, str], tmp: Path, workers: int, counts_dir: Path | None) -> None:
+    fp4_archs = [a for a in archs if a.fp4_capable]
     lib.fp4_matches = {}
     scans = []
     for arch in (a for a in fp4_archs if a.sm in lib.archs):
