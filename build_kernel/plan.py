@@ -96,6 +96,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
+        rows = targets.arch_rows(self.archs, r.verify)  # what each asked arch gets, by verify's own rules
         return {
             "recipe": {"name": r.name, "path": str(r.path), "digest": r.digest, "extends": r.extends or None},
             "origins": dict(r.origins),
@@ -114,8 +115,7 @@ class Plan:
             "archs": {"list": [a.torch for a in self.archs], "sm": [a.sm for a in self.archs],
                       "TORCH_CUDA_ARCH_LIST": self.arch_list, "source": self.arch_source, "fp4": r.build.fp4,
                       "toolkit": self.toolkit.source if self.toolkit else None,
-                      "fp4_archs": targets.fp4_archs(rows := targets.arch_rows(self.archs, r.verify)),
-                      "per_arch": [asdict(row) for row in rows]},
+                      "fp4_archs": targets.fp4_archs(rows), "per_arch": [asdict(row) for row in rows]},
             "jobs": self.jobs.to_dict(),
             "nvcc_threads": r.build.nvcc_threads,
             "backend": r.build.backend,

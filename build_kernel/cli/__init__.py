@@ -50,7 +50,7 @@ def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck:
         result = pipeline.run(p, offline=opts.offline, force=force, dry_run=dry_run, gpu_check=gpu_check,
                               recheck=recheck)
         if dry_run:
-            from build_kernel.cli.info import describe_plan
+            from build_kernel.cli.planview import describe_plan
 
             # What --help promises: the resolved plan (as `plan` prints it), then the stages.
             text = describe_plan(p, explain=explain, offline=opts.offline)[1]
