@@ -16,6 +16,7 @@ import argparse
 import io
 import json
 import re
+import sqlite3
 import sys
 import tarfile
 import tempfile
@@ -56,7 +57,7 @@ def one(path: Path) -> dict[str, Any]:
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
             figures = _from_ninja_log(path, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
-        with tarfile.open(path) as tar:
+        with tarfile.open(_as_run_pack(path)) as tar:
             db = member(tar, "profile.sqlite")
         if db:  # the host's memory in use moves with whatever else runs on a shared box; a TU's own peak does not
             rows = compiles(db)
@@ -76,18 +77,32 @@ def one(path: Path) -> dict[str, Any]:
 
 def _as_run_pack(path: Path) -> Path:
     """The pack with its members named `<label>-<file>`, as run_figures reads the other build runs' packs; memory
-    samples as whole bytes (the first packs' awk printed `2.17654e+09`)."""
+    samples as whole bytes (the first packs' awk printed `2.17654e+09`); the profile cut to this build's compiles
+    (the cache's profile.sqlite holds every build made with that cache: rows from the first memory sample on)."""
     out = Path(tempfile.mkdtemp(prefix="arch-builds-")) / path.name
     with tarfile.open(path) as src, tarfile.open(out, "w:gz") as dst:
-        for m in src.getmembers():
-            if m.isfile() and (f := src.extractfile(m)):
-                data = f.read()
-                if m.name.endswith("mem.txt"):
-                    data = "".join(f"{t} {int(float(u))}\n" for t, u, *_ in (line.split() for line in data.decode().splitlines()
-                                                                          if len(line.split()) >= 2)).encode()
-                m.name, m.size = f"run-{Path(m.name).name}", len(data)
-                dst.addfile(m, io.BytesIO(data))
+        members = [(m, f.read()) for m in src.getmembers() if m.isfile() and (f := src.extractfile(m))]
+        mem = next((data for m, data in members if m.name.endswith("mem.txt")), b"")
+        samples = [line.split() for line in mem.decode().splitlines() if len(line.split()) >= 2]
+        for m, data in members:
+            if m.name.endswith("mem.txt"):
+                data = "".join(f"{s[0]} {int(float(s[1]))}\n" for s in samples).encode()
+            elif m.name.endswith("profile.sqlite") and samples:
+                data = _rows_since(data, float(samples[0][0]))
+            m.name, m.size = f"run-{Path(m.name).name}", len(data)
+            dst.addfile(m, io.BytesIO(data))
     return out
+
+
+def _rows_since(db: bytes, start: float) -> bytes:
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
+        f.write(db)
+        f.flush()
+        conn = sqlite3.connect(f.name)
+        conn.execute("DELETE FROM compiles WHERE at < ?", (start,))
+        conn.commit()
+        conn.close()
+        return Path(f.name).read_bytes()
 
 
 def _from_ninja_log(path: Path, err: str) -> dict[str, Any]:
