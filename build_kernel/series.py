@@ -111,6 +111,13 @@ def read_names(directory: Path) -> list[str]:
     return names
 
 
+def patch_stem(name: str) -> str:
+    """A patch's name without its suffix (`0009-x.patch` -> `0009-x`): how pools, series and recipes name it alike."""
+    for suffix in patchpool.SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
+
+
 def pool_names(directory: Path) -> set[str]:
     """The patch names (no suffix, no `@sha8`) of the pool beside a version folder, and of every sibling
     version's series: the patches this series has, whichever versions apply them."""
@@ -118,7 +125,7 @@ def pool_names(directory: Path) -> set[str]:
     names = {p.stem.split("@", 1)[0] for p in patchpool.patch_files(pool)} if pool else set()
     for sibling in directory.parent.iterdir():
         if (sibling / "series").is_file():
-            names |= {n.removesuffix(".patch").removesuffix(".diff") for n in read_names(sibling)}
+            names |= {patch_stem(n) for n in read_names(sibling)}
     return names
 
 

@@ -10,6 +10,7 @@ from build_kernel import fa3_variants, log, stack, toolchain
 from build_kernel.plan import Plan
 from build_kernel.recipe.load import values as recipe_values
 from build_kernel.recipe.problems import _toml as toml_value
+from build_kernel.series import patch_stem, pool_names
 
 
 def _toolkit(p: Plan) -> tuple[dict[str, str | None], toolchain.Facts]:
@@ -66,7 +67,7 @@ def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> t
     for rw in p.remotes():
         if rw.rewritten:
             rows.add("mirror", rw.describe())
-    names = [patch.name.removesuffix(".patch") for patch in p.series.patches]
+    names = [patch_stem(patch.name) for patch in p.series.patches]
     rows.add("series", f"{r.patches.series}/{r.patches.version}: {len(names)} patches, digest {p.series.digest[:12]}")
     for name in names:
         rows.add("", name)
@@ -140,10 +141,8 @@ class _Rows:
 
 def _left_out(p: Plan) -> dict[str, str]:
     """Patches of the series that this version does not apply, each with the recipe's reason."""
-    from build_kernel.series import pool_names
-
-    applied = {patch.name.removesuffix(".patch") for patch in p.series.patches}
-    given = {k.removesuffix(".patch"): v for k, v in p.recipe.patches.omitted.items()}
+    applied = {patch_stem(patch.name) for patch in p.series.patches}
+    given = {patch_stem(k): v for k, v in p.recipe.patches.omitted.items()}
     missing = sorted(pool_names(p.series.directory) - applied)
     return {name: given.get(name, "no reason given (say why in [patches] omitted)") for name in missing}
 

@@ -13,7 +13,7 @@ from build_kernel import fa3_variants, targets
 from build_kernel.archs import ArchSpellingError, parse_arch, parse_arch_list
 from build_kernel.recipe.model import ARCH_FORMATS, BACKENDS, SCHEDULERS, SHA_RE, Build, Recipe, Serve
 from build_kernel.recipe.problems import _Problems, _toml
-from build_kernel.series import pool_names, read_names
+from build_kernel.series import patch_stem, pool_names, read_names
 
 
 def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
@@ -168,14 +168,14 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
     if not r.patches.omitted or not (r.series_dir / "series").is_file():
         return
     pooled = pool_names(r.series_dir)
-    applied = {n.removesuffix(".patch") for n in read_names(r.series_dir)}
+    applied = {patch_stem(n) for n in read_names(r.series_dir)}
     # Reasons are given for the series of the project whose recipe gives them: an overlay whose own project
     # holds the version (another pool) is not held to its parent's list.
     given_in = {Path(w.rsplit(":", 1)[0]).parent.parent / "patches" for k, w in r.origins.items() if k.startswith("patches.omitted")}
     if given_in and not any(folder in r.series_dir.parents for folder in given_in):
         return
     for name in r.patches.omitted:
-        stem = name.removesuffix(".patch")
+        stem = patch_stem(name)
         if stem in applied:
             problems.add(where("patches", "omitted"), f"patches.omitted.{name}",
                          f"{name} is in {r.patches.series}/{r.patches.version}'s series: remove it from omitted")
