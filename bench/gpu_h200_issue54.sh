@@ -20,7 +20,8 @@
 #  5. the same recipe for 12.1a (issue 53): build and static verify.
 # Steps 4 and 5 run only while DEADLINE_S (seconds from the start) leaves them room: 140 s and 270 s.
 # Raw output: $OUT/i54-raw.tar.gz (build, verify, probe, steps), $OUT/moe-serve-raw*.tar.gz (serve script),
-# $OUT/gb10-raw.tar.gz. Environment: OUT (/tmp/i54-out), BISECT (1), GB10 (1), DEADLINE_S (1150).
+# $OUT/gb10-raw.tar.gz, and the wheel. Environment: OUT (/tmp/i54-out), BISECT (1), GB10 (1), DEADLINE_S (1150),
+# WHEEL_IN (a wheel an earlier hold built: no build).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +33,8 @@ if [ "${COLLECT:-0}" = 1 ]; then
   [ -d $R ] && tar -czf "$OUT/i54-raw.tar.gz" -C $R .
   [ -d $G ] && tar -czf "$OUT/gb10-raw.tar.gz" -C $G .
   cp $MOE_OUT/*.tar.gz "$OUT/" 2>/dev/null
+  # The wheel itself (14.5 MB), so that a later hold carries it (WHEEL_IN) and starts at the serve.
+  cp /tmp/i54-wheel/*.whl "$OUT/" 2>/dev/null
   cat $R/steps.txt 2>/dev/null; tail -3 /tmp/moe-serve-raw/steps.txt 2>/dev/null; exit 0
 fi
 # Run from a copy: each later device call syncs the working tree again, and this run must not change under itself.
@@ -84,15 +87,23 @@ PY
   echo "env rc=$?" >> $R/side.txt ) &
 ENV_PID=$!
 
-bk build --recipe .device/h9.toml > $R/build.json 2> $R/build.err; step "build 9.0a rc=$?"
-cp "$(find $BUILD_KERNEL_CACHE_DIR/build -name .ninja_log 2>/dev/null | head -1)" $R/ninja_log.txt 2>/dev/null
-log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",""))' $R/build.json 2>/dev/null)
-[ -n "$log" ] && cp "$log" $R/build.log
-bk verify --recipe .device/h9.toml > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
+if [ -n "${WHEEL_IN:-}" ]; then
+  # A wheel an earlier hold built (its sha256 in that hold's raw output) skips the build; verify runs on it again.
+  mkdir -p $BUILD_KERNEL_OUTPUT_DIR && cp "$WHEEL_IN" $BUILD_KERNEL_OUTPUT_DIR/ && step "carried wheel $(basename "$WHEEL_IN")"
+  bk verify "$BUILD_KERNEL_OUTPUT_DIR/$(basename "$WHEEL_IN")" --recipe .device/h9.toml > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
+else
+  bk build --recipe .device/h9.toml > $R/build.json 2> $R/build.err; step "build 9.0a rc=$?"
+  cp "$(find $BUILD_KERNEL_CACHE_DIR/build -name .ninja_log 2>/dev/null | head -1)" $R/ninja_log.txt 2>/dev/null
+  log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",""))' $R/build.json 2>/dev/null)
+  [ -n "$log" ] && cp "$log" $R/build.log
+  bk verify --recipe .device/h9.toml > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
+fi
 wait $MOE_PID $ENV_PID; step "side: $(tr '\n' ' ' < $R/side.txt)"
 WHEEL=$(ls -t $BUILD_KERNEL_OUTPUT_DIR/*.whl 2>/dev/null | head -1)
 [ -n "$WHEEL" ] || { step "no wheel"; exit 1; }
 sha256sum "$WHEEL" > $R/wheel.sha256; ls -l "$WHEEL" >> $R/wheel.sha256
+mkdir -p /tmp/i54-wheel && cp "$WHEEL" /tmp/i54-wheel/
+python3 -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$WHEEL" > $R/wheel-files.txt
 /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --force-reinstall --no-compile "$WHEEL" >> $R/env.log 2>&1
 step "wheel into the serve environment rc=$?"
 

@@ -47,6 +47,55 @@ FAMILIES = {
 }
 
 
+# The packages of the served wheel that hold kernels: sgl-kernel's build installs DeepGEMM's deep_gemm beside
+# sgl_kernel (run_record reads the wheel's own top-level folders from wheel-files.txt, where the run kept it).
+WHEEL_PACKAGES = {"sgl_kernel", "deep_gemm"}
+
+
+# Which library a counted name belongs to: its namespace (torch ops) or its module (Python entries).
+def library(name: str) -> str:
+    return re.split(r"::|\.", name, maxsplit=1)[0]
+
+
+def by_library(ops: dict[str, Any], wheel_packages: set[str]) -> dict[str, Any]:
+    """The distinct names called for the requests or captured in graphs, grouped by library; those of a package the
+    served wheel ships (sgl_kernel, and deep_gemm, which sgl-kernel's build installs beside it) counted apart."""
+    names = sorted(set(ops.get("eager_during_requests") or {}) | set(ops.get("graph_captured") or {}))
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(library(name), []).append(name)
+    # deep_gemm's Python entry and its torch op are one kernel counted twice: the wheel's figure counts kernels.
+    from_wheel = sorted({n.replace("::", ".") for n in names if library(n) in wheel_packages})
+    return {"libraries": groups, "from_the_wheel": from_wheel, "distinct_from_the_wheel": len(from_wheel),
+            "distinct_all": len({n.replace("::", ".") for n in names})}
+
+
+# sglang's log line for the token counts it captures in piecewise CUDA graphs, and the lines of a start that died.
+_PIECEWISE_SIZES = re.compile(r"Capture piecewise CUDA graph begin.*?\n.*?Capture cuda graph num tokens \[([0-9, ]+)\]",
+                              re.DOTALL)
+_DIED = re.compile(r"CUDA error|CUBLAS_STATUS|Piecewise CUDA Graph failed")
+
+
+def piecewise_starts(log: str, context_default: int | None) -> list[dict[str, Any]]:
+    """Per server start of a serve log (each begins with the serve's `$ <argv>` line of sglang.launch_server; the checks' own `$` lines
+    fall inside the start they ran against): its context length
+    (--context-length, else the model's max_position_embeddings), the largest token count sglang captured in a
+    piecewise CUDA graph, whether that is past the context, and the first CUDA error line if the start died."""
+    out = []
+    for segment in re.split(r"^(?=\$ .*launch_server)", log, flags=re.MULTILINE):
+        if not segment.startswith("$ "):
+            continue
+        argv = segment.splitlines()[0][2:].split("  #")[0].split()
+        ctx = next((int(argv[j + 1]) for j, a in enumerate(argv[:-1]) if a == "--context-length"), context_default)
+        sizes = _PIECEWISE_SIZES.search(segment)
+        largest = int(sizes.group(1).split(",")[-1]) if sizes else None
+        died = next((ln.strip()[:300] for ln in segment.splitlines() if _DIED.search(ln)), None)
+        out.append({"argv": argv, "context_length": ctx, "largest_piecewise_tokens": largest,
+                    "past_the_context": largest > ctx if largest and ctx else None,
+                    "piecewise": "--disable-piecewise-cuda-graph" not in argv, "cuda_error": died})
+    return out
+
+
 def families(ops: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
     """Per family: the counted names that match it, called for the requests and captured in graphs."""
     out: dict[str, dict[str, list[str]]] = {}
@@ -113,6 +162,7 @@ def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
         "time_to_healthy_s": server.get("seconds_to_healthy"), "smoke": server.get("smoke"),
         "ops": {k: ops.get(k) for k in ("sgl_kernel_ops", "eager_during_requests", "graph_captured", "processes")},
         "families": families(ops),
+        "by_library": by_library(ops, WHEEL_PACKAGES),
         "families_missing": sorted(f for f, seen in families(ops).items() if not (seen["requests"] or seen["graph"])),
         "agreement": _agreement(_json(tar, f"{name}/agreement.json")),
         "checks": [{k: c.get(k) for k in ("command", "returncode", "seconds")} for c in result.get("checks", [])],
@@ -163,6 +213,8 @@ def run_record(path: Path) -> dict[str, Any]:
                       "fa3": {k: v for k, v in (prov.get("defines") or {}).items() if k.startswith("SGL_KERNEL_FA3")},
                       "error": _error_line(_text(tar, "./build.err"))},
             "verify": {"passed": verify.get("passed"), "error": _error_line(_text(tar, "./verify.err"))},
+            "wheel_top_levels": sorted({ln.split("/")[0] for ln in _text(tar, "./wheel-files.txt").split()
+                                        if "/" in ln and ".dist-info/" not in ln}) or None,
             "imports": _text(tar, "./imports.txt").strip().splitlines()[-3:],
             "cublas_capture_probe": probe,
             # A serve cut by the run's DEADLINE_S: what its start had said by then.
@@ -176,7 +228,8 @@ def bisect_record(path: Path) -> dict[str, Any]:
     """The bisect start: what it asked for (notes), whether it lived, its failure lines."""
     with tarfile.open(path) as tar:
         run = variant(tar, "bf16") or {}
-        return {"raw": path.name, "notes": _text(tar, "notes.txt").splitlines(),
+        ctx = (_json(tar, "config-bf16.json") or {}).get("max_position_embeddings")
+        return {"raw": path.name, "starts": piecewise_starts(_text(tar, "server.log"), ctx), "notes": _text(tar, "notes.txt").splitlines(),
                 "steps": _text(tar, "steps.txt").splitlines(), "error": run.get("error"),
                 "resolved": run.get("resolved"), "bench": run.get("bench"),
                 "server_log_failures": failure_lines(_text(tar, "server.log"))}
@@ -207,6 +260,8 @@ def main() -> None:
                       "tokens_per_expert_per_layer": training.get("tokens_per_expert_per_layer")},
             "variants": runs,
             "server_log_failures": failure_lines(_text(tar, "server.log")),
+            "starts": piecewise_starts(_text(tar, "server.log"),
+                                       (_json(tar, "config-bf16.json") or {}).get("max_position_embeddings")),
         }
     if args.throughput_pair:
         result["throughput_pair"] = throughput_pair(*args.throughput_pair)
@@ -214,11 +269,21 @@ def main() -> None:
         result["run"] = run_record(args.run)
     if args.bisect:
         result["bisect"] = bisect_record(args.bisect)
+    # Issue 54's question: which starts died in a piecewise CUDA graph, and what they had in common.
+    starts = result["starts"] + (result.get("bisect") or {}).get("starts", [])
+    result["piecewise_cuda_graph"] = {
+        "starts": [{k: s[k] for k in ("context_length", "largest_piecewise_tokens", "past_the_context", "piecewise",
+                                      "cuda_error")} for s in starts],
+        "died_only_past_the_context": bool(starts) and all(
+            (s["cuda_error"] is not None) == bool(s["piecewise"] and s["past_the_context"]) for s in starts),
+    }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in runs.items():
         close = (r["agreement"] or {}).get("logprobs_close") or {}
         print(name, r["error"] or "", f"{len(r['ops']['sgl_kernel_ops'] or [])} sgl_kernel ops;",
               f"missing families: {r['families_missing']};",
+              f"{r['by_library']['distinct_from_the_wheel']} distinct from the wheel,",
+              f"{r['by_library']['distinct_all']} in all;",
               f"logprobs close {close.get('passed')}/{close.get('prompts')} ({close.get('verdict')}),",
               f"exact {(r['agreement'] or {}).get('exact_id_prompts')};",
               {c: row["output_throughput"] for c, row in r["bench"].items()})

@@ -136,3 +136,38 @@ def test_the_run_the_bisect_and_a_retried_start_are_kept(tmp_path: Path) -> None
     assert result["run"]["cublas_capture_probe"] == [{"case": "torch", "m": 8192, "k": 256, "n": 8, "outcome": "ok"}]
     assert result["bisect"]["error"] == "error: the server exited early (code 1)"
     assert result["bisect"]["server_log_failures"] == [failure]
+
+
+def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_grouped_by_library(tmp_path: Path) -> None:
+    """Issue 54's cause, read off the server logs: a start that died in cuBLAS captured piecewise CUDA graphs past its
+    context, the ones that lived did not; the ops that ran are grouped by library, the served wheel's apart."""
+    def start(ctx_flag: str, sizes: str, tail: str) -> str:
+        return (f"$ /x/python -m sglang.launch_server --model-path /m --port 30000{ctx_flag}  # started 2026-12-05\n"
+                "[t] Capture piecewise CUDA graph begin. avail mem=12 GB\n"
+                f"[t] Capture cuda graph num tokens [{sizes}]\n$ /x/python bench/token_agreement.py\n{tail}\n")
+    log = (start("", "4, 8, 4096, 8192", "[t] Capture piecewise CUDA graph end.")
+           + start(" --context-length 4096", "4, 8, 4096, 8192",
+                   "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`"))
+    ops = {"eager_during_requests": {"sgl_kernel::rmsnorm": 4, "deep_gemm.fp8_gemm_nt": 2,
+                                     "flashinfer.sampling.top_p_renorm_probs": 1},
+           "graph_captured": {"deep_gemm::fp8_gemm_nt": 3, "sglang::apply_rope_inplace": 3}}
+    main = tmp_path / "moe-serve-raw.tar.gz"
+    with tarfile.open(main, "w:gz") as tar:
+        _add(tar, "bf16/bench.json", {"ops": ops, "bench": []})
+        _add(tar, "bf16/bench.err", "✓ serve\n")
+        _add(tar, "config-bf16.json", {"max_position_embeddings": 32768})
+        _add(tar, "server.log", log)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+                           str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    pcg = result["piecewise_cuda_graph"]
+    assert [(s["context_length"], s["largest_piecewise_tokens"], s["past_the_context"]) for s in pcg["starts"]] == \
+        [(32768, 8192, False), (4096, 8192, True)]
+    assert pcg["starts"][0]["cuda_error"] is None and "CUBLAS_STATUS_EXECUTION_FAILED" in pcg["starts"][1]["cuda_error"]
+    assert pcg["died_only_past_the_context"] is True
+    lib = result["variants"]["bf16"]["by_library"]
+    assert lib["from_the_wheel"] == ["deep_gemm.fp8_gemm_nt", "sgl_kernel.rmsnorm"]  # deep_gemm's two names: one kernel
+    assert sorted(lib["libraries"]) == ["deep_gemm", "flashinfer", "sgl_kernel", "sglang"]
+    assert (lib["distinct_from_the_wheel"], lib["distinct_all"]) == (2, 4)

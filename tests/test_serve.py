@@ -200,6 +200,20 @@ def test_fp8_kv_with_scales_is_left_alone(serve_env: ServeEnv, tmp_path: Path) -
     assert json.loads(proc.stdout)["added"] == ["--quantization", "modelopt_fp4"]
 
 
+def test_piecewise_cuda_graphs_past_a_short_context_are_capped_with_sglang_059(serve_env: ServeEnv) -> None:
+    """The tiny model's context is 4,096 (bench/tiny_model.py); sglang 0.5.9 captures piecewise CUDA graphs only with
+    --enable-piecewise-cuda-graph, up to its chunked prefill size: then, and only then, the cap is added."""
+    plain = serve_env.cli(serve_recipe(serve_env.root, serve_env.model, args='["--tp", "1"]'), "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert "--piecewise-cuda-graph-max-tokens" not in json.loads(plain.stdout)["argv"]
+    on = serve_recipe(serve_env.root, serve_env.model, args='["--tp", "1", "--enable-piecewise-cuda-graph"]')
+    proc = serve_env.cli(on, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["added"] == ["--piecewise-cuda-graph-max-tokens", "4096"] and result["argv"][-2:] == result["added"]
+    assert "context 4096 (tiny-model" in proc.stderr and "dies in cuBLAS at start" in proc.stderr
+
+
 # --- preflight: the server imports our verified wheel ----------------------------------------
 
 def test_a_wheel_without_a_verification_record_is_refused(serve_env: ServeEnv, tmp_path: Path) -> None:

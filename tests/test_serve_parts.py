@@ -317,3 +317,38 @@ def test_a_parser_that_dies_mid_parse_is_one_line_with_its_last_words(
         assert parser.parse(["--tp-size", "3"]).given("tp_size") == 3
     assert runs.read_text() == "import\n" * 2
     assert len(list((tmp_path / "cache").glob("*.json"))) == 2  # the two parses that answered; a crash is not kept
+
+
+# sglang's parsed namespace as its argparse leaves it when no piecewise flag is given (0.5.9 and 6ffc74ef alike).
+_PCG_DEFAULTS = {"piecewise_cuda_graph_max_tokens": None, "piecewise_cuda_graph_tokens": None,
+                 "disable_piecewise_cuda_graph": False, "context_length": None, "chunked_prefill_size": None}
+
+
+@pytest.mark.parametrize(("config", "given", "added"), [
+    # The tiny MoE's old context (issue 54): sglang would capture up to 8,192 tokens past a 4,096 context.
+    ({"max_position_embeddings": 4096}, {}, ["--piecewise-cuda-graph-max-tokens", "4096"]),
+    ({"text_config": {"max_position_embeddings": 2048}}, {}, ["--piecewise-cuda-graph-max-tokens", "2048"]),
+    ({"max_position_embeddings": 32768}, {}, []),  # above every default capture: nothing to cap
+    ({"max_position_embeddings": 32768}, {"context_length": 1024}, ["--piecewise-cuda-graph-max-tokens", "1024"]),
+    ({"max_position_embeddings": 4096}, {"chunked_prefill_size": 2048}, []),  # captures stop at 2,048 anyway
+    ({"max_position_embeddings": 4096}, {"disable_piecewise_cuda_graph": True}, []),
+    ({"max_position_embeddings": 4096}, {"enable_piecewise_cuda_graph": False}, []),  # an sglang where it is opt-in
+    ({"max_position_embeddings": 4096}, {"enable_piecewise_cuda_graph": True}, ["--piecewise-cuda-graph-max-tokens",
+                                                                                 "4096"]),
+    ({"max_position_embeddings": 4096}, {"piecewise_cuda_graph_max_tokens": 8192}, []),  # the user's own size
+    ({}, {}, []),  # no context known
+])
+def test_piecewise_cuda_graphs_are_capped_at_a_short_context(tmp_path: Path, config: dict[str, object],
+                                                             given: dict[str, object], added: list[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    advice = checkpoint.advise(checkpoint.read(tmp_path), None, None, {**_PCG_DEFAULTS, **given})
+    assert advice.add == added
+    assert len(advice.reasons) == (1 if added else 0)
+    if added:
+        assert advice.reasons[0].endswith(f"--piecewise-cuda-graph-max-tokens {added[1]}")
+        assert "dies in cuBLAS" in advice.reasons[0]
+
+
+def test_an_sglang_without_piecewise_cuda_graphs_gets_no_piecewise_flag(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    assert checkpoint.advise(checkpoint.read(tmp_path), None, None, {"context_length": None}).add == []

@@ -4,6 +4,11 @@
 - A checkpoint that declares an FP8 KV cache (`kv_cache_quant_algo: FP8`) but ships no
   `k_scale`/`v_scale` tensors runs with scales of 1.0: accuracy drops silently on long
   contexts. Then the KV cache stays bf16, and we say why.
+- A context shorter than sglang's largest piecewise CUDA graph: sglang captures those graphs
+  up to its chunked prefill size (8,192 tokens on an H100/H200, 16,384 on larger GPUs),
+  whatever the model's context, and a capture past the context dies in its warm-up
+  (`CUBLAS_STATUS_EXECUTION_FAILED`; sglang itself caps it at 4,096 only for model paths
+  named llama-2). Then `--piecewise-cuda-graph-max-tokens` is the context, and we say why.
 A hub id (not a folder) is not read: nothing is downloaded here.
 """
 
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,12 @@ from typing import Any
 from build_kernel.errors import ServeError
 
 FP8_KV_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+# The largest chunked prefill size sglang picks by GPU memory (server_args._handle_gpu_memory_settings, 6ffc74ef
+# and 0753182b alike), and so the largest piecewise CUDA graph it captures when not told otherwise.
+SGLANG_MAX_DEFAULT_CHUNKED_PREFILL = 16384
+# Measured: the tiny MoE at --context-length 4096 died capturing up to 8,192 tokens; at 32,768 it served, same wheel
+# and flags (H100, 2026-12-05, bench/results/gpu_h200_moe_serve.json "piecewise_cuda_graph").
+PIECEWISE_EVIDENCE = "bench/results/gpu_h200_moe_serve.json"
 
 
 @dataclass
@@ -27,6 +38,7 @@ class Checkpoint:
     quant_algo: str = ""
     kv_cache_quant_algo: str = ""
     has_kv_scales: bool = False
+    context_length: int | None = None  # config.json's max_position_embeddings (or its text_config's)
     sources: list[str] = field(default_factory=list)
 
 
@@ -72,7 +84,10 @@ def read(folder: Path) -> Checkpoint:
         ck.sources.append(hf_quant.name)
     config = folder / "config.json"
     if config.is_file():
-        q = _json(config).get("quantization_config") or {}
+        data = _json(config)
+        ctx = data.get("max_position_embeddings") or (data.get("text_config") or {}).get("max_position_embeddings")
+        ck.context_length = ctx if isinstance(ctx, int) and ctx > 0 else None
+        q = data.get("quantization_config") or {}
         ck.quant_algo = ck.quant_algo or str(q.get("quant_algo") or "")
         kv = q.get("kv_cache_quant_algo") or (q.get("kv_cache_scheme") or {}).get("type", "")
         if not ck.kv_cache_quant_algo and kv:
@@ -84,9 +99,13 @@ def read(folder: Path) -> Checkpoint:
     return ck
 
 
-def advise(ck: Checkpoint, quantization: str | None, kv_cache_dtype: str | None) -> Advice:
-    """What to add to the flags for this checkpoint, given what the recipe already says."""
+def advise(ck: Checkpoint, quantization: str | None, kv_cache_dtype: str | None,
+           given: Mapping[str, Any] | None = None) -> Advice:
+    """What to add to the flags for this checkpoint, given what the recipe already says (`given`: sglang's parsed
+    namespace of the flags, for the piecewise CUDA-graph rule; absent, that rule is not applied)."""
     advice = Advice()
+    if given is not None:
+        _piecewise(ck, given, advice)
     if ck.quant_algo.upper() == "NVFP4":
         if quantization is None:
             advice.add += ["--quantization", "modelopt_fp4"]
@@ -104,3 +123,25 @@ def advise(ck: Checkpoint, quantization: str | None, kv_cache_dtype: str | None)
         elif kv_cache_dtype in FP8_KV_DTYPES:
             advice.conflicts.append(f"--kv-cache-dtype {kv_cache_dtype}: {why} (use bf16)")
     return advice
+
+
+def _piecewise(ck: Checkpoint, given: Mapping[str, Any], advice: Advice) -> None:
+    """Cap sglang's piecewise CUDA graphs at the context where its default could capture past it."""
+    if "piecewise_cuda_graph_max_tokens" not in given:  # an sglang without piecewise CUDA graphs
+        return
+    # On by default with --disable-piecewise-cuda-graph (sglang at 6ffc74ef, 0.4.x's), opt-in with
+    # --enable-piecewise-cuda-graph (sglang 0.5.9's release).
+    off = given.get("disable_piecewise_cuda_graph") or given.get("enable_piecewise_cuda_graph") is False
+    if off or given.get("piecewise_cuda_graph_max_tokens") is not None or given.get("piecewise_cuda_graph_tokens"):
+        return  # off, or sized by the user
+    ctx = given.get("context_length") or ck.context_length
+    chunked = given.get("chunked_prefill_size")
+    largest = chunked if isinstance(chunked, int) and chunked > 0 else SGLANG_MAX_DEFAULT_CHUNKED_PREFILL
+    if not isinstance(ctx, int) or ctx >= largest:
+        return
+    source = "--context-length" if given.get("context_length") else f"{ck.folder.name}'s max_position_embeddings"
+    advice.add += ["--piecewise-cuda-graph-max-tokens", str(ctx)]
+    advice.reasons.append(
+        f"context {ctx} ({source}) is below the piecewise CUDA graphs sglang may capture (up to its chunked prefill "
+        f"size, {largest if chunked else 'as much as ' + str(largest)} tokens), and a capture past the context dies "
+        f"in cuBLAS at start ({PIECEWISE_EVIDENCE}): --piecewise-cuda-graph-max-tokens {ctx}")

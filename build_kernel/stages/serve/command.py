@@ -93,7 +93,7 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
         cmd.sglang = parsed.sglang
         if Path(cmd.model).is_dir():
             advice = checkpoint.advise(checkpoint.read(Path(cmd.model)), parsed.given("quantization"),
-                                       parsed.given("kv_cache_dtype"))
+                                       parsed.given("kv_cache_dtype"), parsed.namespace)
             _refuse_or_force(advice.conflicts, force, cmd.forced)
             if advice.add:
                 args += advice.add
