@@ -175,14 +175,17 @@ def resolve(
         where = f"recipe {recipe.name} build.arch ({recipe.origins.get('build.arch', recipe.path)})"
     else:
         try:
-            archs = parse_arch_list(targets.native(str(arch_value)))
+            resolved = targets.native(str(arch_value))
+            archs = parse_arch_list(resolved)
         except ArchSpellingError as exc:
             # Build systems often export ARCH as the CPU (x86_64, aarch64): say where it came from and how to stop it.
             cpu = arch_source == "environment ARCH" and _CPU_ARCH.match(str(arch_value).strip())
             fix = (f" (ARCH={arch_value} names a CPU, as build systems often set it, not a CUDA arch: unset ARCH, or "
                    "pass --arch 12.0a to override it)" if cpu else "")
             raise RecipeError([f"{arch_source}: arch: {exc}{fix}"]) from None
-        where = arch_source
+        # `native` says what it became, so a plan read later still tells which GPUs it was made on.
+        where = arch_source if resolved == str(arch_value) else \
+            f"{arch_source}: {arch_value} = {resolved}, the GPUs the driver reports"
     kit = targets.toolkit(env)
     b = recipe.build
     problems = [f"{where}: arch: {msg}" for msg in targets.problems(
@@ -214,7 +217,7 @@ def resolve(
     return Plan(
         recipe=recipe,
         archs=archs,
-        arch_source=arch_source if arch_value is not None else "recipe",
+        arch_source=where if arch_value is not None else "recipe",
         jobs=job_plan,
         series=series,
         # Absolute: git runs in other folders (`git -C <worktree>`), so a relative cache would miss.

@@ -120,6 +120,7 @@ def test_native_is_the_gpus_the_driver_reports(monkeypatch: pytest.MonkeyPatch) 
     assert targets.native("9.0a;native") == "9.0a;12.0a;8.6"
     plan = resolve(recipe.load(SHIPPED), env={}, arch="native;12.0a", resources=FAKE_RES)
     assert plan.arch_list == "12.0a;8.6"  # deduplicated
+    assert plan.arch_source == "command line: native;12.0a = 12.0a;8.6;12.0a, the GPUs the driver reports"
     monkeypatch.setattr(gpus, "present", lambda: ())
     with pytest.raises(ArchSpellingError, match="the driver reports no GPU"):
         targets.native("native")
