@@ -297,7 +297,10 @@ def test_plan_json_for_nightly_recipe() -> None:
     # The card's recipe is the best measured path: the pruned series with the CUDA 13 memcpy fix (0009).
     assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v8"
     assert "0009-cuda13-memcpy-batch-signature.patch" in [p["name"] for p in plan["patches"]["patches"]]
-    assert plan["patches"]["left_out"] == {}
+    # Every pool patch v8 leaves out is explained, except sm120 v10's 0011 (issue 56: the heavy TUs split in
+    # parts), which nightly-cu130 takes only once the split is measured (patches/sm120/v10/NOTES.md).
+    left_out = plan["patches"]["left_out"]
+    assert {name: why for name, why in left_out.items() if name != "0011-split-heavy-tus"} == {}
     deps = {d["name"]: d for d in plan["deps"]}
     assert deps["repo-deepgemm"]["commit"] == "ffe2b6b97420a9f8c58268ca55755168e6e2f360"
     assert deps["repo-triton"]["tag"] == "v3.5.1" and deps["repo-flashmla"]["submodules"] == ["csrc/cutlass"]
