@@ -297,10 +297,9 @@ def test_plan_json_for_nightly_recipe() -> None:
     # The card's recipe is the best measured path: the pruned series with the CUDA 13 memcpy fix (0009).
     assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v8"
     assert "0009-cuda13-memcpy-batch-signature.patch" in [p["name"] for p in plan["patches"]["patches"]]
-    # Every pool patch v8 leaves out is explained, except sm120 v10's 0011 (issue 56: the heavy TUs split in
-    # parts), which nightly-cu130 takes only once the split is measured (patches/sm120/v10/NOTES.md).
+    # Every pool patch v8 leaves out says why (v10's 0011: taken once the split is measured, issue 56).
     left_out = plan["patches"]["left_out"]
-    assert {name: why for name, why in left_out.items() if name != "0011-split-heavy-tus"} == {}
+    assert set(left_out) == {"0011-split-heavy-tus"} and "issue 56" in left_out["0011-split-heavy-tus"]
     deps = {d["name"]: d for d in plan["deps"]}
     assert deps["repo-deepgemm"]["commit"] == "ffe2b6b97420a9f8c58268ca55755168e6e2f360"
     assert deps["repo-triton"]["tag"] == "v3.5.1" and deps["repo-flashmla"]["submodules"] == ["csrc/cutlass"]
@@ -339,7 +338,7 @@ def test_release_recipe_extends_nightly_with_its_own_pins() -> None:
     assert r.source.commit == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" and r.patches.version == "r0.3.21"
     # v8's patches that do not apply at the release, each with why (plan shows them).
     assert sorted(r.patches.omitted) == ["0005-prune-arch-dispatch", "0007-unity-batches", "0008-prune-sparse-flash-attn",
-                                         "0009-cuda13-memcpy-batch-signature", "0010-fa3-variants"]
+                                         "0009-cuda13-memcpy-batch-signature", "0010-fa3-variants", "0011-split-heavy-tus"]
     # The real dead pin: reachable only from refs/pull/15/head of DeepGEMM.
     assert deps["repo-deepgemm"].commit == "54f99a8af537b3c6eb4819b69907ccbe2b600792"
     assert deps["repo-deepgemm"].paths == ("csrc", "deep_gemm")  # inherited key by key

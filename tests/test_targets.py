@@ -208,3 +208,10 @@ def test_omitted_patches_are_checked_and_shown(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     [row] = [line for line in proc.stdout.splitlines() if line.startswith("left out")]
     assert row.split(None, 2)[2] == "0002-b: upstream has it"
+    # An overlay that switches to a version applying the patch drops the parent's reason (it explained v1), and only
+    # that one; a reason the overlay gives itself for a patch its version applies is still an error.
+    write_recipe(project, "newer", 'extends = "old"\n[patches]\nversion = "v2"\n')
+    assert recipe.load("newer", project).patches.omitted == {}
+    write_recipe(project, "wrong", 'extends = "old"\n[patches]\nversion = "v2"\n[patches.omitted]\n"0001-a" = "x"\n')
+    with pytest.raises(RecipeError, match="0001-a is in s/v2's series: remove it from omitted"):
+        recipe.load("wrong", project)

@@ -81,7 +81,9 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
         if not r.patches.series or not r.patches.version:
             problems.add(where("patches", ""), "patches", "series and version are required (e.g. series = \"sm120\", version = \"v1\")")
         elif not (r.series_dir / "series").is_file():
-            versions = sorted(d.name for d in r.series_dir.parent.glob("*") if (d / "series").is_file())
+            # Natural order (v9 before v10): numbers compare as numbers.
+            versions = sorted((d.name for d in r.series_dir.parent.glob("*") if (d / "series").is_file()),
+                              key=lambda n: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", n)])
             if versions:  # the series exists: the version is what is wrong
                 problems.add(where("patches", "version"), "patches.version",
                              f"no series file at {r.series_dir}/series (versions of {r.patches.series}: "
@@ -174,8 +176,15 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
     given_in = {Path(w.rsplit(":", 1)[0]).parent.parent / "patches" for k, w in r.origins.items() if k.startswith("patches.omitted")}
     if given_in and not any(folder in r.series_dir.parents for folder in given_in):
         return
-    for name in r.patches.omitted:
+    version_from = r.origins.get("patches.version", "").rsplit(":", 1)[0]
+    for name in list(r.patches.omitted):
         stem = patch_stem(name)
+        # A reason inherited from a recipe that named another version explains that version: where this one applies
+        # the patch, the reason no longer holds and is dropped (an overlay switching versions need not undo it).
+        given_from = r.origins.get(f"patches.omitted.{name.replace('-', '_')}", "").rsplit(":", 1)[0]
+        if stem in applied and given_from and version_from and given_from != version_from:
+            del r.patches.omitted[name]
+            continue
         if stem in applied:
             problems.add(where("patches", "omitted"), f"patches.omitted.{name}",
                          f"{name} is in {r.patches.series}/{r.patches.version}'s series: remove it from omitted")
