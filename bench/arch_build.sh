@@ -18,7 +18,11 @@ OUT=${OUT:-$REPO/bench/raw/arch-builds}
 R=/tmp/arch-build-raw/$LABEL
 C=${BUILD_KERNEL_CACHE_DIR:-$HOME/.cache/build-kernel}
 pack() {
-    nl=$(find "$C/build" -name .ninja_log -newer "$R/host.txt" 2>/dev/null | head -1)
+    # This build's own folder once build.json names it (its key): another build sharing the cache writes its own
+    # .ninja_log meanwhile; before that, the newest one since the run began.
+    key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("key",""))' "$R/build.json" 2>/dev/null)
+    nl=$C/build/$key/cmake/.ninja_log
+    [ -n "$key" ] && [ -f "$nl" ] || nl=$(find "$C/build" -name .ninja_log -newer "$R/host.txt" 2>/dev/null | head -1)
     [ -n "$nl" ] && cp "$nl" "$R/ninja_log.txt"
     cp "$C/profile.sqlite" "$R/" 2>/dev/null
     mkdir -p "$OUT"; tar -czf "$OUT/$LABEL-raw.tar.gz" -C "$(dirname "$R")" "$LABEL"

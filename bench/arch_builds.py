@@ -84,22 +84,36 @@ def _as_run_pack(path: Path) -> Path:
         members = [(m, f.read()) for m in src.getmembers() if m.isfile() and (f := src.extractfile(m))]
         mem = next((data for m, data in members if m.name.endswith("mem.txt")), b"")
         samples = [line.split() for line in mem.decode().splitlines() if len(line.split()) >= 2]
+        key = _build_key(members)  # before the loop renames the members
         for m, data in members:
             if m.name.endswith("mem.txt"):
                 data = "".join(f"{s[0]} {int(float(s[1]))}\n" for s in samples).encode()
             elif m.name.endswith("profile.sqlite") and samples:
-                data = _rows_since(data, float(samples[0][0]))
+                data = _rows_since(data, float(samples[0][0]), key)
             m.name, m.size = f"run-{Path(m.name).name}", len(data)
             dst.addfile(m, io.BytesIO(data))
     return out
 
 
-def _rows_since(db: bytes, start: float) -> bytes:
+def _build_key(members: list[tuple[tarfile.TarInfo, bytes]]) -> str:
+    """The build folder's key from build.json (empty where the build wrote none)."""
+    raw = next((data for m, data in members if m.name.endswith("/build.json")), b"")
+    try:
+        return str(json.loads(raw).get("key") or "") if raw else ""
+    except ValueError:
+        return ""
+
+
+def _rows_since(db: bytes, start: float, key: str = "") -> bytes:
+    """The compiles from `start` on, and where the build's key is known only those run in its own folder (a build
+    sharing the cache at the same time records its compiles there too)."""
     with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
         f.write(db)
         f.flush()
         conn = sqlite3.connect(f.name)
         conn.execute("DELETE FROM compiles WHERE at < ?", (start,))
+        if key:
+            conn.execute("DELETE FROM compiles WHERE cwd NOT LIKE ?", (f"%/build/{key}/%",))
         conn.commit()
         conn.close()
         return Path(f.name).read_bytes()
