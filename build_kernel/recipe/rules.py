@@ -181,9 +181,11 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
         stem = patch_stem(name)
         # A reason inherited from a recipe that named another version explains that version: where this one applies
         # the patch, the reason no longer holds and is dropped (an overlay switching versions need not undo it).
-        given_from = r.origins.get(f"patches.omitted.{name.replace('-', '_')}", "").rsplit(":", 1)[0]
+        key = f"patches.omitted.{name.replace('-', '_')}"
+        given_from = r.origins.get(key, "").rsplit(":", 1)[0]
         if stem in applied and given_from and version_from and given_from != version_from:
             del r.patches.omitted[name]
+            r.origins.pop(key, None)
             continue
         if stem in applied:
             problems.add(where("patches", "omitted"), f"patches.omitted.{name}",
