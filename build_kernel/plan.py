@@ -150,6 +150,16 @@ def recipe_arg(recipe: Recipe) -> str:
     return recipe.name if recipe.path == recipes_dir() / f"{recipe.name}.toml" else str(recipe.path)
 
 
+def _torch_list_unread(source: str, env: Mapping[str, str], archs: tuple[Arch, ...]) -> str:
+    """The arch source, and a word where the environment's TORCH_CUDA_ARCH_LIST asks for other archs: torch's own
+    builds read it, this tool does not (containers export old lists, e.g. NGC's 5.2 ... 9.0+PTX, which would turn
+    a recipe's 12.0a into a refusal); the build sets it from the plan."""
+    theirs = env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not theirs or theirs == ";".join(a.torch for a in archs):
+        return source
+    return f"{source}; environment TORCH_CUDA_ARCH_LIST={theirs} not read: pass --arch '{theirs}' to build for it"
+
+
 def _pick(cli: Any, env: Mapping[str, str], env_key: str, recipe_value: Any) -> tuple[Any, str]:
     if cli is not None:
         return cli, "command line"
@@ -217,7 +227,7 @@ def resolve(
     return Plan(
         recipe=recipe,
         archs=archs,
-        arch_source=where if arch_value is not None else "recipe",
+        arch_source=_torch_list_unread(where if arch_value is not None else "recipe", env, archs),
         jobs=job_plan,
         series=series,
         # Absolute: git runs in other folders (`git -C <worktree>`), so a relative cache would miss.

@@ -215,3 +215,16 @@ def test_omitted_patches_are_checked_and_shown(project: Path) -> None:
     write_recipe(project, "wrong", 'extends = "old"\n[patches]\nversion = "v2"\n[patches.omitted]\n"0001-a" = "x"\n')
     with pytest.raises(RecipeError, match="0001-a is in s/v2's series: remove it from omitted"):
         recipe.load("wrong", project)
+
+
+def test_an_environment_torch_arch_list_is_named_not_read() -> None:
+    # torch's own builds read TORCH_CUDA_ARCH_LIST; containers export old lists (NGC: "5.2 ... 9.0+PTX"): the plan
+    # keeps the recipe's archs and says how to build for the environment's instead.
+    shipped = recipe.load(SHIPPED)
+    plan = resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "8.6;9.0+PTX"}, resources=FAKE_RES)
+    assert plan.arch_list == "12.0a"
+    assert plan.arch_source == ("recipe; environment TORCH_CUDA_ARCH_LIST=8.6;9.0+PTX not read: pass --arch "
+                                "'8.6;9.0+PTX' to build for it")
+    assert resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "12.0a"}, resources=FAKE_RES).arch_source == "recipe"
+    assert resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "9.0a"}, arch="9.0a", resources=FAKE_RES).arch_source == \
+        "command line"
