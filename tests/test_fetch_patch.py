@@ -262,6 +262,35 @@ def test_refresh_regenerates_patch_from_edited_commit(project: Path, upstream: t
     assert (tree.project / "added.txt").read_text() == "added by a refreshed patch\n"
 
 
+# PATCH_POLICY's change with one line of context, as our real patches keep it (minimal context).
+PATCH_POLICY_U1 = PATCH_POLICY.replace("""@@ -2,6 +2,10 @@
+ project(up LANGUAGES CXX)
+ set(UP_FLAGS -O3)
+ set(UP_STD 17)
+""", """@@ -4,4 +4,8 @@
+ set(UP_STD 17)
+""")
+
+
+def test_refresh_keeps_an_unedited_patch_with_less_context_byte_for_byte(
+        project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
+    # Found refreshing sm120 v10: git diff -U3 of an untouched commit differs from a minimal-context patch in its
+    # context alone, and the patch was rewritten (a new pool content for the same change).
+    repo, sha = upstream
+    plan = make_plan(project, repo, sha, tmp_path / "cache",
+                     {"0001-newfile.patch": PATCH_NEWFILE, "0002-policy.patch": PATCH_POLICY_U1})
+    dev = tmp_path / "dev"
+    patch_check.dev_worktree(plan, dev)
+    assert patch_check.refresh(plan, dev) == []
+    assert (plan.series.directory / "0002-policy.patch").read_text() == PATCH_POLICY_U1
+    # A real edit of that patch's commit is still seen.
+    dev_repo = git.Repo(dev)
+    (dev / "pkg/CMakeLists.txt").write_text((dev / "pkg/CMakeLists.txt").read_text().replace("17)", "20)"))
+    dev_repo.git.commit("--quiet", "-a", "--amend", "--no-edit")
+    assert patch_check.refresh(plan, dev) == ["0002-policy.patch"]
+    assert "+set(UP_STD 20)" in (plan.series.directory / "0002-policy.patch").read_text()
+
+
 def test_refresh_of_a_pooled_series_adds_a_pool_file_and_keeps_the_other_versions(
         project: Path, upstream: tuple[Path, str], tmp_path: Path) -> None:
     repo, sha = upstream

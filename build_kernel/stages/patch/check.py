@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import git
 from unidiff import PatchSet
@@ -63,10 +64,30 @@ def dev_worktree(plan: Plan, dest: Path, *, offline: bool = False) -> None:
         raise
 
 
-def _hunks(text: str) -> list[tuple[str, str, list[tuple[int, int, list[str]]]]]:
-    """A diff's meaning: files and hunks, ignoring `index` lines and section headings."""
-    return [(f.source_file, f.target_file, [(h.source_start, h.target_start, [str(line) for line in h]) for h in f])
-            for f in PatchSet(text)]
+def _changes(text: str) -> list[tuple[str, str, list[tuple[int | None, int | None, list[str], list[str]]]]]:
+    """A diff's change alone: per file, each run of removed/added lines with where its first removed line was
+    (source) and its first added line is (target). Two diffs of the same change with other amounts of context
+    (our patches keep little; git diff -U3 more) are equal here."""
+    out = []
+    for f in PatchSet(text):
+        blocks: list[tuple[int | None, int | None, list[str], list[str]]] = []
+        run: list[Any] | None = None
+        for h in f:
+            for line in [*h, None]:  # None ends the hunk's last run
+                if line is None or line.is_context:
+                    if run:
+                        blocks.append((run[0], run[1], run[2], run[3]))
+                    run = None
+                    continue
+                run = run or [None, None, [], []]
+                if line.is_removed:
+                    run[0] = run[0] if run[0] is not None else line.source_line_no
+                    run[2].append(line.value)
+                else:
+                    run[1] = run[1] if run[1] is not None else line.target_line_no
+                    run[3].append(line.value)
+        out.append((f.source_file, f.target_file, blocks))
+    return out
 
 
 def refresh(plan: Plan, worktree: Path) -> list[str]:
@@ -96,7 +117,7 @@ def refresh(plan: Plan, worktree: Path) -> list[str]:
         new_texts.append((patch, header + diff))
         parent = commit.hexsha
     for patch, text in new_texts:
-        if _hunks(text) != _hunks(patch.path.read_text()):
+        if _changes(text) != _changes(patch.path.read_text()):
             # Into the version folder, never over patch.path: with a pool that file may be another
             # version's too. Locking moves it into the pool as a new content.
             atomic.write_text(series.directory / patch.name, text)
