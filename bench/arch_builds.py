@@ -1,7 +1,7 @@
 """Issue 53 item 4: real builds of the shipped sgl-kernel recipe for other archs, from their raw outputs.
 
 Reads each `<label>-raw.tar.gz` that bench/arch_build.sh packed (host.txt, plan.json, build.err, mem.txt,
-ninja_log.txt, profile.sqlite, verify.json) and writes one JSON file: per build the host, the archs asked and
+ninja_log.txt, profile.sqlite, verify.json, and split-proof.json where kept) and writes one JSON file: per build the host, the archs asked and
 what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
 run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower bound) and verify per library
 (archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
@@ -41,6 +41,8 @@ def one(path: Path) -> dict[str, Any]:
         steps = (member(tar, "steps.txt") or b"").decode().split("\n")
         plan, verify, build = _json(tar, "plan.json"), _json(tar, "verify.json"), _json(tar, "build.json")
         err = (member(tar, "build.err") or b"").decode()
+        # `build-kernel prune-proof THIS --against OTHER --across-tus`, where the run kept one (sm120 v10's split).
+        proof = _json(tar, "split-proof.json")
     out: dict[str, Any] = {"raw": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
                            "host": {"cores": int(host[0]) if host and host[0].isdigit() else None,
                                     "gpu": host[2] if len(host) > 2 else None,
@@ -63,6 +65,13 @@ def one(path: Path) -> dict[str, Any]:
             rows = compiles(db)
             top = max(rows, key=lambda r: r["tree_peak_mb"])
             out["build"]["largest_tu_peak"] = {"source": top["source"], "gb": round(top["tree_peak_mb"] / 1024, 1)}
+    if proof:
+        out["proof"] = {"against": proof.get("unpruned"), "passed": proof.get("passed"),
+                        "failures": [f[:400] for f in proof.get("failures", [])],
+                        "libraries": [{k: (len(v) if k in ("missing", "differing") else v) for k, v in lib.items()
+                                       if k in ("path", "archs", "functions_pruned", "functions_unpruned", "identical",
+                                                "missing", "differing", "removed", "fp4_pruned", "fp4_unpruned")}
+                                      for lib in proof.get("libraries", [])]}
     oom = re.findall(r"OOM|Killed signal terminated program cicc", err)
     out["oom_lines_in_log"] = len(oom)
     if verify:
