@@ -47,8 +47,8 @@ FAMILIES = {
 }
 
 
-# The packages of the served wheel that hold kernels: sgl-kernel's build installs DeepGEMM's deep_gemm beside
-# sgl_kernel (run_record reads the wheel's own top-level folders from wheel-files.txt, where the run kept it).
+# The packages of the served wheel that hold kernels, where the run kept no listing of the wheel (wheel-files.txt,
+# whose top-level folders are used instead): sgl-kernel's build installs DeepGEMM's deep_gemm beside sgl_kernel.
 WHEEL_PACKAGES = {"sgl_kernel", "deep_gemm"}
 
 
@@ -76,11 +76,16 @@ _PIECEWISE_SIZES = re.compile(r"Capture piecewise CUDA graph begin.*?\n.*?Captur
 _DIED = re.compile(r"CUDA error|CUBLAS_STATUS|Piecewise CUDA Graph failed")
 
 
+def _context(tar: tarfile.TarFile) -> int | None:
+    """The served model's own context (config-bf16.json's max_position_embeddings)."""
+    return (_json(tar, "config-bf16.json") or {}).get("max_position_embeddings")
+
+
 def piecewise_starts(log: str, context_default: int | None) -> list[dict[str, Any]]:
-    """Per server start of a serve log (each begins with the serve's `$ <argv>` line of sglang.launch_server; the checks' own `$` lines
-    fall inside the start they ran against): its context length
-    (--context-length, else the model's max_position_embeddings), the largest token count sglang captured in a
-    piecewise CUDA graph, whether that is past the context, and the first CUDA error line if the start died."""
+    """Per server start of a serve log (each begins with the serve's `$ <argv>` line of sglang.launch_server; the
+    checks' own `$` lines fall inside the start they ran against): its context length (--context-length, else the
+    model's max_position_embeddings), the largest token count sglang captured in a piecewise CUDA graph, whether
+    that is past the context, and the first CUDA error line if the start died."""
     out = []
     for segment in re.split(r"^(?=\$ .*launch_server)", log, flags=re.MULTILINE):
         if not segment.startswith("$ "):
@@ -142,7 +147,7 @@ def failure_lines(log: str, limit: int = 40) -> list[str]:
     return seen[:limit]
 
 
-def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
+def variant(tar: tarfile.TarFile, name: str, wheel_packages: set[str] = WHEEL_PACKAGES) -> dict[str, Any] | None:
     result = _json(tar, f"{name}/bench.json")
     err = _text(tar, f"{name}/bench.err")
     if result is None and not err:
@@ -153,6 +158,7 @@ def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
     rows = {row["concurrency"]: row for row in result.get("bench", [])}
     error = _error_line(err)
     first = _text(tar, f"{name}/bench-first.err")
+    found = families(ops)
     return {
         "error": error,
         "first_start": {"error": _error_line(first), "hint": next((ln.strip() for ln in first.splitlines()
@@ -161,9 +167,9 @@ def variant(tar: tarfile.TarFile, name: str) -> dict[str, Any] | None:
         "argv": result.get("argv"), "sglang": result.get("sglang"), "resolved": result.get("resolved"),
         "time_to_healthy_s": server.get("seconds_to_healthy"), "smoke": server.get("smoke"),
         "ops": {k: ops.get(k) for k in ("sgl_kernel_ops", "eager_during_requests", "graph_captured", "processes")},
-        "families": families(ops),
-        "by_library": by_library(ops, WHEEL_PACKAGES),
-        "families_missing": sorted(f for f, seen in families(ops).items() if not (seen["requests"] or seen["graph"])),
+        "families": found,
+        "by_library": by_library(ops, wheel_packages),
+        "families_missing": sorted(f for f, seen in found.items() if not (seen["requests"] or seen["graph"])),
         "agreement": _agreement(_json(tar, f"{name}/agreement.json")),
         "checks": [{k: c.get(k) for k in ("command", "returncode", "seconds")} for c in result.get("checks", [])],
         "bench": {f"C={c}": {k: r.get(k) for k in ("output_throughput", "request_throughput", "mean_ttft_ms",
@@ -190,6 +196,11 @@ def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
     return {**runs, "ratio_ours_over_reference": ratios}
 
 
+def wheel_top_levels(tar: tarfile.TarFile) -> set[str]:
+    """The served wheel's top-level folders, from the run's listing of it (empty where it kept none)."""
+    return {ln.split("/")[0] for ln in _text(tar, "./wheel-files.txt").split() if "/" in ln and ".dist-info/" not in ln}
+
+
 def run_record(path: Path) -> dict[str, Any]:
     """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe."""
     with tarfile.open(path) as tar:
@@ -213,8 +224,7 @@ def run_record(path: Path) -> dict[str, Any]:
                       "fa3": {k: v for k, v in (prov.get("defines") or {}).items() if k.startswith("SGL_KERNEL_FA3")},
                       "error": _error_line(_text(tar, "./build.err"))},
             "verify": {"passed": verify.get("passed"), "error": _error_line(_text(tar, "./verify.err"))},
-            "wheel_top_levels": sorted({ln.split("/")[0] for ln in _text(tar, "./wheel-files.txt").split()
-                                        if "/" in ln and ".dist-info/" not in ln}) or None,
+            "wheel_top_levels": sorted(wheel_top_levels(tar)) or None,
             "imports": _text(tar, "./imports.txt").strip().splitlines()[-3:],
             "cublas_capture_probe": probe,
             # A serve cut by the run's DEADLINE_S: what its start had said by then.
@@ -228,8 +238,8 @@ def bisect_record(path: Path) -> dict[str, Any]:
     """The bisect start: what it asked for (notes), whether it lived, its failure lines."""
     with tarfile.open(path) as tar:
         run = variant(tar, "bf16") or {}
-        ctx = (_json(tar, "config-bf16.json") or {}).get("max_position_embeddings")
-        return {"raw": path.name, "starts": piecewise_starts(_text(tar, "server.log"), ctx), "notes": _text(tar, "notes.txt").splitlines(),
+        return {"raw": path.name, "starts": piecewise_starts(_text(tar, "server.log"), _context(tar)),
+                "notes": _text(tar, "notes.txt").splitlines(),
                 "steps": _text(tar, "steps.txt").splitlines(), "error": run.get("error"),
                 "resolved": run.get("resolved"), "bench": run.get("bench"),
                 "server_log_failures": failure_lines(_text(tar, "server.log"))}
@@ -243,9 +253,13 @@ def main() -> None:
     parser.add_argument("--run", type=Path, help="i54-raw.tar.gz of bench/gpu_h200_issue54.sh")
     parser.add_argument("--bisect", type=Path, help="the bisect start's tarball (piecewise on, another attention)")
     args = parser.parse_args()
+    packages = WHEEL_PACKAGES
+    if args.run:
+        with tarfile.open(args.run) as tar:
+            packages = wheel_top_levels(tar) or WHEEL_PACKAGES
     with tarfile.open(args.raw) as tar:
         training = _json(tar, "training.json") or {}
-        runs = {name: v for name in ("bf16", "fp8") if (v := variant(tar, name)) is not None}
+        runs = {name: v for name in ("bf16", "fp8") if (v := variant(tar, name, packages)) is not None}
         dry = _json(tar, "dry-run.json") or {}
         result = {
             "what": __doc__.split("\n\n")[0],
@@ -260,8 +274,7 @@ def main() -> None:
                       "tokens_per_expert_per_layer": training.get("tokens_per_expert_per_layer")},
             "variants": runs,
             "server_log_failures": failure_lines(_text(tar, "server.log")),
-            "starts": piecewise_starts(_text(tar, "server.log"),
-                                       (_json(tar, "config-bf16.json") or {}).get("max_position_embeddings")),
+            "starts": piecewise_starts(_text(tar, "server.log"), _context(tar)),
         }
     if args.throughput_pair:
         result["throughput_pair"] = throughput_pair(*args.throughput_pair)

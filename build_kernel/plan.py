@@ -155,7 +155,7 @@ def _torch_list_unread(source: str, env: Mapping[str, str], archs: tuple[Arch, .
     builds read it, this tool does not (containers export old lists, e.g. NGC's 5.2 ... 9.0+PTX, which would turn
     a recipe's 12.0a into a refusal); the build sets it from the plan."""
     theirs = env.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if not theirs or theirs == ";".join(a.torch for a in archs):
+    if not theirs or theirs == torch_arch_list(archs):
         return source
     return f"{source}; environment TORCH_CUDA_ARCH_LIST={theirs} not read: pass --arch '{theirs}' to build for it"
 
