@@ -23,7 +23,7 @@ from build_kernel.errors import RecipeError
 from build_kernel.recipe.convert import _build_section
 from build_kernel.recipe.model import SECTIONS, TOP_KEYS, Dep, Expectation, LibraryRule, Recipe, SystemDep
 from build_kernel.recipe.problems import _Problems, _toml
-from build_kernel.recipe.rules import _check
+from build_kernel.recipe.rules import _check, drop_stale_omitted
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -302,6 +302,7 @@ def load(name_or_path: str, root: Path | None = None, search: Sequence[Path] = (
                      origins={key: f"{file}:{_line_of(text, table, name)}" for key, table, name, is_table in _leaves(raw)
                               if not is_table for file, text in [origins.get(key, (path, ""))]})
     _inherited_version(recipe, dropped, problems, where)
+    drop_stale_omitted(recipe)
     _check(recipe, problems, where)
     problems.raise_if_any()
     return recipe

@@ -165,6 +165,21 @@ def _uppercase(commit: str) -> str:
     return f"{commit!r} is a full SHA in uppercase: write it in lowercase, as git prints it ({commit.lower()!r})"
 
 
+def drop_stale_omitted(r: Recipe) -> None:
+    """A reason inherited from a recipe that named another version explains that version: where this one applies
+    the patch, the reason no longer holds and is dropped (an overlay switching versions need not undo it)."""
+    if not r.patches.omitted or not (r.series_dir / "series").is_file():
+        return
+    applied = {patch_stem(n) for n in read_names(r.series_dir)}
+    version_from = r.origins.get("patches.version", "").rsplit(":", 1)[0]
+    for name in list(r.patches.omitted):
+        key = f"patches.omitted.{name.replace('-', '_')}"
+        given_from = r.origins.get(key, "").rsplit(":", 1)[0]
+        if patch_stem(name) in applied and given_from and version_from and given_from != version_from:
+            del r.patches.omitted[name]
+            r.origins.pop(key, None)
+
+
 def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
     """[patches] omitted names patches of the series' pool that this version does not apply."""
     if not r.patches.omitted or not (r.series_dir / "series").is_file():
@@ -176,17 +191,8 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
     given_in = {Path(w.rsplit(":", 1)[0]).parent.parent / "patches" for k, w in r.origins.items() if k.startswith("patches.omitted")}
     if given_in and not any(folder in r.series_dir.parents for folder in given_in):
         return
-    version_from = r.origins.get("patches.version", "").rsplit(":", 1)[0]
-    for name in list(r.patches.omitted):
+    for name in r.patches.omitted:
         stem = patch_stem(name)
-        # A reason inherited from a recipe that named another version explains that version: where this one applies
-        # the patch, the reason no longer holds and is dropped (an overlay switching versions need not undo it).
-        key = f"patches.omitted.{name.replace('-', '_')}"
-        given_from = r.origins.get(key, "").rsplit(":", 1)[0]
-        if stem in applied and given_from and version_from and given_from != version_from:
-            del r.patches.omitted[name]
-            r.origins.pop(key, None)
-            continue
         if stem in applied:
             problems.add(where("patches", "omitted"), f"patches.omitted.{name}",
                          f"{name} is in {r.patches.series}/{r.patches.version}'s series: remove it from omitted")
