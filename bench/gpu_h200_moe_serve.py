@@ -178,10 +178,13 @@ def variant(tar: tarfile.TarFile, name: str, wheel_packages: set[str] = WHEEL_PA
     }
 
 
-def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
-    """bf16 output tokens/s per concurrency of two runs of the same model and server, and ours / reference."""
+def throughput_pair(ours: Path, reference: Path, ours_again: Path | None = None) -> dict[str, Any]:
+    """bf16 output tokens/s per concurrency of runs of the same model and server, and ours / reference. With a
+    third run (ours again, after the reference), the order's drift is measured, and the ratio is the mean of
+    ours's two runs over the reference."""
     runs = {}
-    for label, path in (("ours", ours), ("reference", reference)):
+    given = (("ours", ours), ("reference", reference), *((("ours_again", ours_again),) if ours_again else ()))
+    for label, path in given:
         with tarfile.open(path) as tar:
             run = variant(tar, "bf16") or {}
             runs[label] = {"raw": path.name, "wheel": next((ln.removeprefix("wheel: ") for ln in
@@ -189,11 +192,36 @@ def throughput_pair(ours: Path, reference: Path) -> dict[str, Any]:
                                                             if ln.startswith("wheel: ")), None),
                            "error": run.get("error"), "attention": (run.get("resolved") or {}).get("resolved", {})
                            .get("attention_backend"), "bench": run.get("bench") or {}}
-    ratios = {c: round(row["output_throughput"] / ref["output_throughput"], 3)
-              for c, row in runs["ours"]["bench"].items()
-              if (ref := runs["reference"]["bench"].get(c)) and row.get("output_throughput")
-              and ref.get("output_throughput")}
-    return {**runs, "ratio_ours_over_reference": ratios}
+
+    def tokens(label: str, c: str) -> float | None:
+        return (runs.get(label, {}).get("bench", {}).get(c) or {}).get("output_throughput")
+
+    def ratios(num: str, den: str) -> dict[str, float]:
+        return {c: round(a / b, 3) for c in runs[num]["bench"] if (a := tokens(num, c)) and (b := tokens(den, c))}
+
+    result = {**runs, "ratio_ours_over_reference": ratios("ours", "reference")}
+    if ours_again:
+        result["ratio_ours_again_over_reference"] = ratios("ours_again", "reference")
+        result["drift_ours_again_over_ours"] = ratios("ours_again", "ours")
+        result["ratio_ours_mean_over_reference"] = {
+            c: round((a + b) / 2 / r, 3) for c in runs["ours"]["bench"]
+            if (a := tokens("ours", c)) and (b := tokens("ours_again", c)) and (r := tokens("reference", c))}
+    return result
+
+
+def upstream_wheel(doctor: Path, sha256: Path | None) -> dict[str, Any]:
+    """Whether upstream's own wheel of the same release loads on the host's torch, from `build-kernel doctor
+    --installed --json` run on it beside that torch (and its `sha256sum; ls -l` line)."""
+    record = json.loads(doctor.read_text())
+    line = sha256.read_text().split() if sha256 else []
+    origin = record.get("origin") or {}
+    return {"raw": doctor.name, "distribution": f"{origin.get('distribution')} {origin.get('version')}",
+            "from": origin.get("detail"), "torch": (record.get("torch") or {}).get("version"),
+            "sha256": line[0] if line else None,
+            "bytes": int(line[6]) if len(line) > 6 and line[6].isdigit() else None,
+            "cuda_linked": record.get("cuda_linked"), "built_for": record.get("built_for"),
+            "problems": [p.get("text") for p in record.get("problems") or []],
+            "healthy": record.get("healthy"), "verdict": record.get("verdict")}
 
 
 def wheel_top_levels(tar: tarfile.TarFile) -> set[str]:
@@ -249,7 +277,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/gpu_h200_moe_serve.sh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
-    parser.add_argument("--throughput-pair", type=Path, nargs=2, metavar=("OURS", "REFERENCE"))
+    parser.add_argument("--throughput-pair", type=Path, nargs="+", metavar="RAW",
+                        help="OURS REFERENCE [OURS_AGAIN]: the pair's tarballs, in the order they ran")
+    parser.add_argument("--upstream-wheel", type=Path, nargs="+", metavar="FILE",
+                        help="DOCTOR_JSON [SHA256]: `doctor --installed --json` on upstream's wheel beside the host's torch")
     parser.add_argument("--run", type=Path, help="i54-raw.tar.gz of bench/gpu_h200_issue54.sh")
     parser.add_argument("--bisect", type=Path, help="the bisect start's tarball (piecewise on, another attention)")
     args = parser.parse_args()
@@ -277,7 +308,11 @@ def main() -> None:
             "starts": piecewise_starts(_text(tar, "server.log"), _context(tar)),
         }
     if args.throughput_pair:
+        if len(args.throughput_pair) not in (2, 3):
+            parser.error("--throughput-pair takes OURS REFERENCE [OURS_AGAIN]")
         result["throughput_pair"] = throughput_pair(*args.throughput_pair)
+    if args.upstream_wheel:
+        result["upstream_wheel"] = upstream_wheel(*args.upstream_wheel[:2])
     if args.run:
         result["run"] = run_record(args.run)
     if args.bisect:

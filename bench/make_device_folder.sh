@@ -15,6 +15,8 @@
 #   .device/h9.toml, h12.toml   overlays of nightly-cu130-pruned with the host's lines only (torch "existing",
 #                               system CUDA, 9.0a with FA3 for the tiny MoE's head dim 64 / 12.1a, and sgl-flash-attn
 #                               f866ec34 for sgl-attn bcf72ccc, which no public snapshot holds)
+#   .device/h9s.toml            nightly-cu130 as shipped, 9.0a, with the same host lines (and its one no-network test)
+#   .device/h9u.toml            the unpruned reference (nightly-cu130-unpruned) for 9.0a, FA3 off, the same host lines
 #   .device/gitenv.sh           git's url.<snapshot>.insteadOf=<public URL> through GIT_CONFIG_COUNT; a file://
 #                               upload-pack gets its filter/SHA-want settings through remote.origin.uploadpack
 #                               (git clears GIT_CONFIG_* for local transports)
@@ -93,6 +95,44 @@ description = "issue 53: nightly-cu130-pruned on the GPU host for 12.1a (static 
 [toolchain]
 torch = "existing"
 cuda_source = "system"
+
+$FA
+EOF
+
+cat > "$D/h9s.toml" <<EOF
+# Issue 53 item 4 on the GPU host: the shipped recipe (nightly-cu130) for 9.0a with only the host's lines, then
+# build-kernel test against its wheel. Its FA3 is the shipped one (the recipe's model: head dim 256).
+extends = "nightly-cu130"
+description = "issue 53: nightly-cu130 as shipped on the GPU host (host lines only)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+# The host has no network: the one test file that downloads at import cannot be collected there.
+[test.expect."test_gguf.py"]
+outcome = "uncollectable"
+reason = "it downloads its sample from the Hugging Face hub at import; the GPU host has no network"
+evidence = "LocalEntryNotFoundError / ConnectError 'Temporary failure in name resolution' at collection (H200, 2026-12-03)"
+
+$FA
+EOF
+
+cat > "$D/h9u.toml" <<EOF
+# Issue 54 item 5: the unpruned reference (sm120/v7-unpruned) for 9.0a, FA3 off, as the H200 run of 2026-12-03
+# built it: host lines only. Its wheel is built on the 2-core box with torch 2.11.0+cu130 (the host's) and carried.
+extends = "nightly-cu130-unpruned"
+description = "issue 54: the unpruned reference for 9.0a, FA3 off (host lines only)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+[build]
+arch = ["9.0a"]
+
+[build.defines]
+SGL_KERNEL_FA3 = "OFF"
 
 $FA
 EOF

@@ -91,6 +91,42 @@ def test_the_throughput_pair_is_ours_over_the_reference_per_concurrency(tmp_path
     assert pair["ours"]["attention"] == pair["reference"]["attention"] == "flashinfer"
 
 
+def test_ours_again_measures_the_order_and_upstream_wheel_says_why_it_cannot_load(tmp_path: Path) -> None:
+    """A third run (ours after the reference) gives the drift and the mean ratio; `doctor --installed --json` on
+    upstream's wheel beside the host's torch is kept with its problems; a fourth tarball is refused."""
+    def raw(name: str, c1: float, c32: float) -> Path:
+        path = tmp_path / f"moe-serve-raw-{name}.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            _add(tar, "bf16/bench.json", {"bench": [{"concurrency": 1, "output_throughput": c1},
+                                                    {"concurrency": 32, "output_throughput": c32}]})
+            _add(tar, "bf16/bench.err", "✓ serve\n")
+        return path
+
+    main, ours, ref, again = raw("main", 1, 1), raw("ours", 600.0, 3000.0), raw("ref", 500.0, 3000.0), raw("again", 400.0, 3300.0)
+    doctor = tmp_path / "doctor.json"
+    doctor.write_text(json.dumps({"origin": {"distribution": "sgl-kernel", "version": "0.3.21", "detail": "file:///x.whl"},
+                                  "torch": {"version": "2.11.0+cu130"}, "cuda_linked": {"libcudart.so.12": "12"},
+                                  "problems": [{"kind": "cuda", "text": "is a CUDA 12 build"}], "healthy": False}))
+    sha = tmp_path / "sha256"
+    sha.write_text("abc123  x.whl\n-rw-r--r-- 1 root root 535601072 Dec  5 19:37 x.whl\n")
+    out = tmp_path / "result.json"
+    bench = [sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out", str(out)]
+    proc = subprocess.run([*bench, "--throughput-pair", str(ours), str(ref), str(again), "--upstream-wheel", str(doctor),
+                           str(sha)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    pair = result["throughput_pair"]
+    assert pair["ratio_ours_over_reference"] == {"C=1": 1.2, "C=32": 1.0}
+    assert pair["drift_ours_again_over_ours"] == {"C=1": 0.667, "C=32": 1.1}
+    assert pair["ratio_ours_mean_over_reference"] == {"C=1": 1.0, "C=32": 1.05}
+    up = result["upstream_wheel"]
+    assert (up["distribution"], up["sha256"], up["bytes"], up["healthy"]) == ("sgl-kernel 0.3.21", "abc123", 535601072, False)
+    assert up["problems"] == ["is a CUDA 12 build"]
+    four = subprocess.run([*bench, "--throughput-pair", str(ours), str(ref), str(again), str(again)],
+                          capture_output=True, text=True, check=False)
+    assert four.returncode == 2 and "OURS REFERENCE [OURS_AGAIN]" in four.stderr
+
+
 def test_the_run_the_bisect_and_a_retried_start_are_kept(tmp_path: Path) -> None:
     """Issue 54: the wheel's sha256 and build figures, the cuBLAS probe's rows, the first start's error where a
     start was retried with sglang's advice, and the bisect start's outcome with its server log's failure lines."""
