@@ -96,7 +96,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
-        rows = targets.arch_rows(self.archs, r.verify)  # what each asked arch gets, by verify's own rules
+        rows = targets.arch_rows(self.archs, r.verify, r.build.defines)  # what each asked arch gets, by verify's rules
         return {
             "recipe": {"name": r.name, "path": str(r.path), "digest": r.digest, "extends": r.extends or None},
             "origins": dict(r.origins),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from build_kernel import gpus, process
 from build_kernel.archs import KNOWN, NATIVE, Arch, ArchSpellingError, parse_arch, parse_arch_list
@@ -139,27 +139,58 @@ def wanted(rule: LibraryRule, asked: tuple[Arch, ...]) -> tuple[Arch, ...] | Non
 
 @dataclass(frozen=True)
 class ArchRow:
-    """What one asked arch gets: the libraries its GPUs load, FP4, and each named part (`carries`)."""
+    """What one asked arch gets: the libraries its GPUs load, FP4, and each named part (`carries`); a part a
+    define leaves out of the build names that define (`left_out`)."""
 
     arch: str
     libraries: list[str]
     fp4: str
     parts: dict[str, bool]
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
-def arch_rows(archs: tuple[Arch, ...], spec: Verify) -> list[ArchRow]:
+# CMake's false constants (`if(NOT X)`): a rule's `NAME=OFF` is met by `NAME=0`, `NAME=FALSE`, ... as CMake reads them.
+_CMAKE_FALSE = {"", "0", "OFF", "NO", "N", "FALSE", "IGNORE", "NOTFOUND"}
+
+
+def _cmake_false(value: str) -> bool:
+    v = value.strip().upper()
+    return v in _CMAKE_FALSE or v.endswith("-NOTFOUND")
+
+
+def left_out_by(rule: LibraryRule, defines: Mapping[str, str]) -> str | None:
+    """The `NAME=VALUE` of `rule.left_out_by` that `defines` sets, if any: equal without case, or both false
+    as CMake reads them (`OFF` and `0`)."""
+    for setting in rule.left_out_by:
+        name, _, value = setting.partition("=")
+        if name not in defines:
+            continue
+        given = str(defines[name])
+        if given.strip().upper() == value.strip().upper() or (_cmake_false(given) and _cmake_false(value)):
+            return f"{name}={given}"
+    return None
+
+
+def arch_rows(archs: tuple[Arch, ...], spec: Verify, defines: Mapping[str, str] | None = None) -> list[ArchRow]:
     """Per asked arch, what its GPUs get, by verify's own rules: FP4 where a library with `fp4` (or the recipe's
-    `fp4_library`) loads on an arch that runs FP4, which is what verify then asks of the wheel's SASS."""
+    `fp4_library`) loads on an arch that runs FP4, which is what verify then asks of the wheel's SASS. A library
+    the build's `defines` leave out is loaded by none, and its parts say which define."""
+    defines = defines or {}
     named = list(dict.fromkeys(name for rule in spec.libraries for name in rule.carries))
+    off = {rule.glob: why for rule in spec.libraries if (why := left_out_by(rule, defines))}
     fp4_rules = [*spec.libraries, *([LibraryRule(glob=spec.fp4_library, fp4=True)] if spec.fp4_library else [])]
     rows = []
     for arch in archs:
-        rules = [rule for rule in spec.libraries if wanted(rule, (arch,)) is not None]
+        applies = [rule for rule in spec.libraries if wanted(rule, (arch,)) is not None]
+        rules = [rule for rule in applies if rule.glob not in off]
         has = {name for rule in rules for name in rule.carries
                if not rule.carries_on or arch.cc in {a.cc for a in parse_arch_list(list(rule.carries_on))}}
-        fp4_here = any(rule.fp4 and wanted(rule, (arch,)) is not None for rule in fp4_rules)
+        left_out = {name: off[rule.glob] for rule in applies if rule.glob in off for name in rule.carries
+                    if name not in has}
+        fp4_here = any(rule.fp4 and rule.glob not in off and wanted(rule, (arch,)) is not None for rule in fp4_rules)
         note = fp4_note(arch) if not arch.fp4_capable or fp4_here else "no (no library of the recipe holds FP4 kernels)"
-        rows.append(ArchRow(arch.torch, [rule.glob for rule in rules], note, {name: name in has for name in named}))
+        rows.append(ArchRow(arch.torch, [rule.glob for rule in rules], note, {name: name in has for name in named},
+                            left_out))
     return rows
 
 

@@ -60,6 +60,29 @@ def test_a_list_without_an_fp4_arch_plans_without_fp4_and_says_so() -> None:
     assert "9.0a: loads sgl_kernel/sm90/common_ops*" in proc.stdout and "FA3 yes" in proc.stdout
 
 
+def test_a_define_that_leaves_fa3_out_makes_the_plan_say_so(tmp_path: Path) -> None:
+    """SGL_KERNEL_FA3 false as CMake reads it (series 0003 then builds no flash_ops): 9.0a gets no FA3, and the
+    plan names the define; the shipped recipe without it keeps FA3."""
+    overlay = tmp_path / "nofa3.toml"
+    overlay.write_text(f'extends = "{REPO_ROOT / "recipes" / "nightly-cu130.toml"}"\n'
+                       '[build.defines]\nSGL_KERNEL_FA3 = "0"\n')
+    [row] = resolve(recipe.load(str(overlay)), env={}, arch="9.0a", resources=FAKE_RES).to_dict()["archs"]["per_arch"]
+    assert row["parts"]["FA3"] is False and row["left_out"] == {"FA3": "SGL_KERNEL_FA3=0"}
+    assert "sgl_kernel/flash_ops*" not in row["libraries"] and row["parts"]["sparse FA"] is True
+    proc = run_cli("plan", "--recipe", str(overlay), "--arch", "9.0a")
+    assert proc.returncode == 0, proc.stderr
+    assert "FA3 no (SGL_KERNEL_FA3=0 in [build.defines])" in proc.stdout
+    [shipped] = resolve(recipe.load(SHIPPED), env={}, arch="9.0a", resources=FAKE_RES).to_dict()["archs"]["per_arch"]
+    assert shipped["parts"]["FA3"] is True and shipped["left_out"] == {}
+
+
+def test_a_left_out_by_that_is_no_setting_is_a_recipe_problem(project: Path) -> None:
+    write_series(project, "s", "v1", {})
+    write_recipe(project, "bad", _recipe(extra='[verify.libraries."x/flash_ops*"]\nleft_out_by = ["SGL_KERNEL_FA3"]\n'))
+    with pytest.raises(RecipeError, match=r"left_out_by: 'SGL_KERNEL_FA3' is not a define setting: write NAME=VALUE"):
+        recipe.load("bad", project)
+
+
 def test_an_arch_the_source_cannot_build_is_one_line_citing_the_source() -> None:
     proc = run_cli("plan", "--recipe", SHIPPED, "--arch", "7.5")
     assert proc.returncode == 2 and proc.stdout == ""

@@ -77,7 +77,9 @@ def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> t
     kit = p.toolkit.source if p.toolkit else "not checked"
     rows.add("archs", f"{p.arch_list} (from {p.arch_source}; checked against {kit})")
     for row in data["archs"]["per_arch"]:
-        parts = "".join(f", {name} {'yes' if has else 'no'}" for name, has in row["parts"].items())
+        parts = "".join(f", {name} {'yes' if has else 'no'}"
+                        + (f" ({row['left_out'][name]} in [build.defines])" if name in row["left_out"] else "")
+                        for name, has in row["parts"].items())
         rows.add("", f"{row['arch']}: loads {', '.join(row['libraries']) or 'no library a rule names'}; "
                      f"FP4 {row['fp4']}{parts}")
     if r.build.fp4 and not data["archs"]["fp4_archs"]:

@@ -177,6 +177,10 @@ class LibraryRule:
     carries_on: tuple[str, ...] = _doc("Compute capabilities whose build holds `carries` (e.g. `[\"8.0\", \"9.0\"]`: "
                                        "a series that compiles a part only for some archs); empty: every arch the "
                                        "rule covers.", factory=tuple)
+    left_out_by: tuple[str, ...] = _doc("`[build.defines]` settings, `NAME=VALUE`, that leave this library out of the "
+                                        "build (sgl-kernel's FA3: `[\"SGL_KERNEL_FA3=OFF\"]`, sm120 series 0003): with "
+                                        "one set, `plan` says no asked arch gets what it `carries`, and why.",
+                                        factory=tuple)
 
 
 @dataclass(frozen=True)

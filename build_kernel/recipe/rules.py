@@ -30,6 +30,11 @@ def _check_verify(r: Recipe, problems: _Problems, where: Any) -> None:
             except ArchSpellingError as exc:
                 fix = {"archs": 'arch names, or "asked"', "when_asked": 'arch names, e.g. ["9.0a"]'}.get(key, 'e.g. ["9.0"]')
                 problems.add(where(table, key), f"{table}.{key}", f"{exc} ({fix})")
+        for setting in rule.left_out_by:
+            name, eq, value = setting.partition("=")
+            if not (eq and name.strip() and value.strip()):
+                problems.add(where(table, "left_out_by"), f"{table}.left_out_by",
+                             f"{setting!r} is not a define setting: write NAME=VALUE (e.g. \"SGL_KERNEL_FA3=OFF\")")
 
 
 def _check_test(r: Recipe, problems: _Problems, where: Any) -> None:
