@@ -122,7 +122,8 @@ serve_one ours "$OURS" /tmp/pt-recipes/h9s-9.toml
 
 # 3. Upstream's tests against the shipped build, with what is left of the hold.
 if [ "$(left)" -ge 200 ]; then
-  # The same wheel back in the serve environment is not needed: the tests make their own environment.
+  # The tests make their own environment (the wheel, sglang of the commit, pytest) from the wheelhouse.
+  step "test start"
   timeout $(( $(left) - 30 )) python3 -m build_kernel --offline --json test "$OURS" "${SHIPPED[@]}" --wheelhouse .device/wh \
     --timeout 420 > $R/test.json 2> $R/test.err
   step "test rc=$?"

@@ -42,3 +42,4 @@ def test_the_test_steps_seconds_need_one_verify_then_one_test() -> None:
     assert _test_seconds(b"build rc=0 432 s\nverify rc=0 442 s\ntest rc=11 776 s\ndone\n") == 334
     assert _test_seconds(b"verify rc=0 353 s\ntest rc=2 353 s\ndone\ntest rc=11 359 s\n") is None
     assert _test_seconds(None) is None
+    assert _test_seconds(b"400 s: verify rc=0\n1010 s: test start\n1400 s: test rc=0\n1401 s: done\n") == 390
