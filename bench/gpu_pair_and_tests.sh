@@ -8,6 +8,12 @@
 #
 # The reference wheel may come by a second call: the whole carry (.device's wheelhouse and mirrors, ~49 MB) and
 # that wheel do not fit one call's 64 MiB. The run waits for it (REF_WAIT_S) before the pair, not before the build.
+# The calls, each made as soon as the one before returns (a machine stays warm 30 s after a call):
+#   1. carry .device/wh .device/mirrors .device/triton-src .device/gitenv.sh .device/h9s.toml .device/h9u.toml:
+#      DEADLINE_S=1500 setsid nohup bash bench/gpu_pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &
+#   2. carry .device/ref (ref.tar: the reference wheel, bench/results/pair-reference-build.json):
+#      REF_IN=.device/ref/ref.tar bash bench/gpu_pair_and_tests.sh; sleep 540; COLLECT=1 bash bench/gpu_pair_and_tests.sh
+#   3. and on, until steps.txt says done: sleep 570; COLLECT=1 bash bench/gpu_pair_and_tests.sh
 #
 # Steps, each packed as it ends (a machine taken back loses only the step it was in):
 #  1. the shipped recipe for 9.0a with host lines only (.device/h9s.toml): build and verify, by the tool, offline
