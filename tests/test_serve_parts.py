@@ -173,15 +173,20 @@ def test_names_sglang_imports_on_cuda_that_the_wheel_lacks_are_found(tmp_path: P
     assert api.missing(wheel, "minikernel", sglang) == {}  # a wheel without that package: nothing to compare
 
 
-def test_serving_pins_and_how_objects_are_made_are_no_build_inputs(project: Path) -> None:
+def test_serving_pins_how_objects_are_made_and_omitted_reasons_are_no_build_inputs(project: Path) -> None:
     from build_kernel import recipe
 
+    copy_series(project, ["0001-cmake-guard-policies.patch", "0002-cuda13-cccl-include.patch"], "v0")
     copy_series(project, ["0001-cmake-guard-policies.patch"], "v1")
     base = demo_recipe_text("v1")
     digest = recipe.load(str(write_recipe(project, "a", base))).build_digest
     same = base.replace("[toolchain]\n", '[toolchain]\nsglang = "0.5.9"\nflashinfer_python = "0.6.5"\n', 1)
     same = same.replace("[build]\n", '[build]\ncompile_cache = "ccache"\n', 1)
     assert recipe.load(str(write_recipe(project, "b", same))).build_digest == digest
+    # Why a pool patch is left out is prose: the series digest says which patches apply.
+    why = base.replace("\n[toolchain]\n", '\n[patches.omitted]\n"0002-cuda13-cccl-include" = "not this host"\n\n[toolchain]\n', 1)
+    assert recipe.load(str(write_recipe(project, "w", why))).patches.omitted
+    assert recipe.load(str(write_recipe(project, "w", why))).build_digest == digest
     other = base.replace("[build.defines]\n", "[build.defines]\nEXTRA_FLAG = \"1\"\n", 1)
     assert recipe.load(str(write_recipe(project, "c", other))).build_digest != digest
 

@@ -312,6 +312,9 @@ class Recipe:
         kept["toolchain"] = {k: v for k, v in kept.get("toolchain", {}).items() if k not in _SERVE_TOOLCHAIN}
         # How objects are made (cache, farm, scheduling) is not what they are.
         kept["build"] = {k: v for k, v in kept.get("build", {}).items() if k not in _HOW_NOT_WHAT}
+        # Why a patch is left out is prose: which patches apply is the series digest's (a reason added to every
+        # recipe for a new patch no build takes must not make a stopped build start over).
+        kept["patches"] = {k: v for k, v in kept.get("patches", {}).items() if k != "omitted"}
         return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
     @property
