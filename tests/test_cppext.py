@@ -291,6 +291,8 @@ def test_build_labels_records_and_follows_the_tool(cppext_build: CppextBuild) ->
     assert "Jobserver mode detected" in log  # the governor: torch's -j dropped by the ninja wrapper
     edges = [json.loads(p.read_text())["sources"] for p in cppext_build.cache.glob(f"build/*/bin/{ninja_order.EDGES}")]
     assert ["csrc/scale.cu"] in edges, edges  # setuptools' temp.* folder was ordered
+    # The build folder keeps what its key hashes (a later build with a new key says what changed).
+    assert [json.loads(p.read_text())["recipe"] for p in cppext_build.cache.glob("build/*/key.json")] == ["demo-cppext"]
     with sqlite3.connect(cppext_build.cache / "profile.sqlite") as db:
         rows = db.execute("SELECT source, archs, tree_peak_mb FROM compiles WHERE source = 'csrc/scale.cu'").fetchall()
     assert rows and rows[0][1] == "sm_120a" and rows[0][2] > 100  # the tool's own per-TU memory

@@ -26,6 +26,7 @@ from build_kernel.stages.builder import (
     backends,
     cache,
     driver_link,
+    key_history,
     provenance,
     runner,
     scheduling,
@@ -93,11 +94,16 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     # The recipe's own defines last: a define the recipe sets by hand wins over what [build] fa3 sets.
     defines = {**toolkit.cmake_defines(selected), **tree.fetchcontent_defines(), **plan.fa3.defines(),
                **plan.recipe.build.defines}
-    key = cache.key(plan, selected.facts, tree, defines, selected.toolkit)
+    key_inputs = cache.inputs(plan, selected.facts, tree, defines, selected.toolkit)
+    key = cache.digest(key_inputs)
     log_path = plan.cache_dir / "logs" / f"{plan.recipe.name}-{key}.log"
     if not force and (hit := cache.lookup(plan, key, log_path)) is not None:
         log.info(f"cache hit {key}: {hit.wheel.name}")
         return hit
+    work = plan.cache_dir / "build" / key
+    if line := key_history.changed_since(work.parent, work, plan.recipe.name, plan.arch_list, key_inputs):
+        log.info(line)
+    key_history.record(work, plan.recipe.name, plan.arch_list, key_inputs)
     linkers = _preflight(plan, selected, defines)  # the host compiler matters only when compiling
     defines = {**defines, **linkers.defines}
     # After the key, as the launcher: what the link resolves the driver to is not in the wheel.

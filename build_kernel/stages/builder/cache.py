@@ -47,7 +47,17 @@ class BuildResult:
 def key(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, str],
         toolkit: cudawheels.Toolkit | None = None) -> str:
     """Every input that changes the wheel; the same key returns the cached wheel."""
-    inputs = {
+    return digest(inputs(plan, facts, tree, defines, toolkit))
+
+
+def digest(key_inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key_inputs, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def inputs(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, str],
+           toolkit: cudawheels.Toolkit | None = None) -> dict[str, Any]:
+    """What the key hashes: kept beside each build (key_history) to say what changed when a key is new."""
+    return {
         "recipe": plan.recipe.build_digest, "commit": tree.commit, "series": tree.series_digest,
         "archs": plan.arch_list, "defines": {k: v for k, v in defines.items() if "FETCHCONTENT_SOURCE_DIR" not in k},
         "deps": {n: git.Repo(p).head.commit.hexsha if (p / ".git").exists() else str(p) for n, p in tree.dep_dirs.items()},
@@ -56,7 +66,6 @@ def key(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, str],
         "env": plan.recipe.build.env,
         "toolkit": dict(toolkit.packages) if toolkit else None,
     }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def entry(plan: Plan, cache_key: str) -> Path:
