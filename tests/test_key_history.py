@@ -37,6 +37,8 @@ def test_nothing_is_said_for_a_first_build_a_resumed_one_or_equal_inputs(tmp_pat
     assert key_history.changed_since(builds, builds / "k", "r", "9.0a", INPUTS) is None  # the same inputs
     (builds / "k" / "cmake").mkdir(parents=True)  # a folder that was built in: a resumed build
     assert key_history.changed_since(builds, builds / "k", "r", "9.0a", {**INPUTS, "series": "s2"}) is None
+    key_history.record(builds / "k3", "r", "9.0a", {**INPUTS, "series": "s3"})  # any backend: its record says so
+    assert key_history.changed_since(builds, builds / "k3", "r", "9.0a", {**INPUTS, "series": "s3"}) is None
     (builds / "bad").mkdir()
     (builds / "bad" / key_history.KEY_FILE).write_text("{not json")  # an unreadable record is passed over
     assert "the patch series" in (key_history.changed_since(builds, builds / "k2", "r", "9.0a",

@@ -49,7 +49,8 @@ def _short(value: Any) -> str:
 def changed_since(builds: Path, work: Path, recipe: str, archs: str, inputs: dict[str, Any]) -> str | None:
     """One line for a new build folder `work`: the newest other build of `recipe` for `archs` under `builds`,
     and which inputs differ; None when there is none (or `work` was built before)."""
-    if (work / "cmake").is_dir():
+    # A folder with its record (or, from before records, CMake's folder) was built in: a resumed build.
+    if (work / KEY_FILE).is_file() or (work / "cmake").is_dir():
         return None
     earlier = []
     for path in builds.glob(f"*/{KEY_FILE}"):
