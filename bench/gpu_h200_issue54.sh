@@ -44,23 +44,17 @@ if [ -z "${I54_COPY:-}" ]; then
   git -C "$REPO" rev-parse HEAD > /tmp/i54-repo/HEAD.txt 2>/dev/null; git -C "$REPO" status --short > /tmp/i54-repo/status.txt 2>/dev/null
   exec env I54_COPY=1 bash /tmp/i54-repo/bench/gpu_h200_issue54.sh
 fi
+# shellcheck source=bench/gpu_host_lib.sh
+source "$REPO/bench/gpu_host_lib.sh"
 echo $$ > /tmp/i54.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/i54.pid)` stops all of it
 rm -rf $R $G $MOE_OUT; mkdir -p $R $G $MOE_OUT
 cp /tmp/i54-repo/HEAD.txt /tmp/i54-repo/status.txt $R/ 2>/dev/null
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; COLLECT=1 OUT=$OUT bash "$0" > /dev/null; }
 export BUILD_KERNEL_CACHE_DIR=/tmp/bkc BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw
-{ date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nproc
-  grep MemTotal /proc/meminfo; echo "CC=${CC:-} CXX=${CXX:-} CUDAHOSTCXX=${CUDAHOSTCXX:-}"; nvcc --version | tail -1
-  python3 -c 'import torch, transformers, triton; print(torch.__version__, torch.version.cuda, transformers.__version__, triton.__version__)'
-  } > $R/host.txt 2>&1
+host_record $R/host.txt
 
-# The tool's own dependencies; the carried mirrors as the cache's (fetch runs --offline from them).
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
-  .device/wh/[Gg]it[Pp]ython*.whl .device/wh/gitdb*.whl .device/wh/smmap*.whl .device/wh/unidiff*.whl \
-  .device/wh/pyelftools*.whl > $R/bk-site.log 2>&1
-export PYTHONPATH=$REPO:/tmp/bk-site
-mkdir -p $BUILD_KERNEL_CACHE_DIR && rm -rf $BUILD_KERNEL_CACHE_DIR/mirrors && cp -r .device/mirrors $BUILD_KERNEL_CACHE_DIR/mirrors
+tool_setup $R/bk-site.log
 bk() { python3 -m build_kernel --offline --json "$@"; }
 step "setup"
 # The hard stop: at DEADLINE_S the serve's files so far are kept, everything is packed, the group is stopped.
@@ -76,15 +70,7 @@ step "setup"
   timeout 120 python3 bench/cublas_capture_probe.py --case torch > $R/probe-torch.jsonl 2> $R/probe-torch.err
   echo "probe torch rc=$?" >> $R/side.txt ) &
 MOE_PID=$!
-( python3 - > $R/env.log 2>&1 <<'PY'
-import os
-from pathlib import Path
-from build_kernel.stages.serve import environment
-print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
-PY
-  /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    $(ls .device/wh/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') >> $R/env.log 2>&1
-  echo "env rc=$?" >> $R/side.txt ) &
+( serve_env $R/env.log; echo "env rc=$?" >> $R/side.txt ) &
 ENV_PID=$!
 
 if [ -n "${WHEEL_IN:-}" ]; then

@@ -49,6 +49,8 @@ if [ -z "${PT_COPY:-}" ]; then
   git -C "$REPO" rev-parse HEAD > /tmp/pt-repo/HEAD.txt 2>/dev/null
   exec env PT_COPY=1 bash /tmp/pt-repo/bench/gpu_pair_and_tests.sh
 fi
+# shellcheck source=bench/gpu_host_lib.sh
+source "$REPO/bench/gpu_host_lib.sh"
 echo $$ > /tmp/pt.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/pt.pid)` stops all of it
 rm -rf $R $MOE_OUT $REF; mkdir -p $R $MOE_OUT
 # Where the reference fitted this call's carry, it is here already.
@@ -59,16 +61,9 @@ DEADLINE_S=${DEADLINE_S:-1380}
 left() { echo $(( DEADLINE_S - ($(date +%s) - t0) )); }
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; COLLECT=1 OUT=$OUT bash "$0" > /dev/null; }
 export BUILD_KERNEL_CACHE_DIR=/tmp/bkc BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw
-{ date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nproc
-  grep MemTotal /proc/meminfo; echo "CC=${CC:-} CXX=${CXX:-} CUDAHOSTCXX=${CUDAHOSTCXX:-}"; nvcc --version | tail -1
-  python3 -c 'import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)'
-  } > $R/host.txt 2>&1
+host_record $R/host.txt
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
-  .device/wh/[Gg]it[Pp]ython*.whl .device/wh/gitdb*.whl .device/wh/smmap*.whl .device/wh/unidiff*.whl \
-  .device/wh/pyelftools*.whl > $R/bk-site.log 2>&1
-export PYTHONPATH=$REPO:/tmp/bk-site
-mkdir -p $BUILD_KERNEL_CACHE_DIR && rm -rf $BUILD_KERNEL_CACHE_DIR/mirrors && cp -r .device/mirrors $BUILD_KERNEL_CACHE_DIR/mirrors
+tool_setup $R/bk-site.log
 MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
 bk() { python3 -m build_kernel --offline --json "$@"; }
 step "setup"
@@ -81,15 +76,7 @@ step "setup"
 # 1. Beside the build: the checkpoints (GPU, seconds) and the serve environment (CPU, a minute).
 ( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt ) &
 MOE_PID=$!
-( python3 - > $R/env.log 2>&1 <<'PY'
-import os
-from pathlib import Path
-from build_kernel.stages.serve import environment
-print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
-PY
-  /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    $(ls .device/wh/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') >> $R/env.log 2>&1
-  echo "env rc=$?" >> $R/side.txt ) &
+( serve_env $R/env.log; echo "env rc=$?" >> $R/side.txt ) &
 ENV_PID=$!
 SHIPPED=(--recipe .device/h9s.toml --arch 9.0a)
 bk build "${SHIPPED[@]}" > $R/build.json 2> $R/build.err; step "build shipped 9.0a rc=$?"

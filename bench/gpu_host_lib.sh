@@ -1,0 +1,31 @@
+# Steps shared by the GPU-host scripts (bench/gpu_h200_issue54.sh, bench/gpu_pair_and_tests.sh): sourced, not run.
+# They run in the repository copy (cwd) with its carried .device folder; REPO and BUILD_KERNEL_CACHE_DIR are the
+# caller's.
+
+host_record() {  # $1: the file: the host, its GPU, the compilers the environment sets, the Python stack
+  { date -u; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nproc
+    grep MemTotal /proc/meminfo; echo "CC=${CC:-} CXX=${CXX:-} CUDAHOSTCXX=${CUDAHOSTCXX:-}"; nvcc --version | tail -1
+    python3 -c 'import torch, transformers, triton; print(torch.__version__, torch.version.cuda, transformers.__version__, triton.__version__)'
+  } > "$1" 2>&1
+}
+
+tool_setup() {  # $1: the log. The tool's own dependencies; the carried mirrors as the cache's (fetch runs --offline)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
+    .device/wh/[Gg]it[Pp]ython*.whl .device/wh/gitdb*.whl .device/wh/smmap*.whl .device/wh/unidiff*.whl \
+    .device/wh/pyelftools*.whl > "$1" 2>&1
+  export PYTHONPATH=$REPO:/tmp/bk-site
+  mkdir -p "$BUILD_KERNEL_CACHE_DIR" && rm -rf "$BUILD_KERNEL_CACHE_DIR/mirrors" \
+    && cp -r .device/mirrors "$BUILD_KERNEL_CACHE_DIR/mirrors"
+}
+
+serve_env() {  # $1: the log. /tmp/sgenv: the serve stage's own environment.create over the host's torch, with the
+  # carried wheels --no-deps (sglang's whole requirement list does not fit a carry, so no `serve --install`)
+  python3 - > "$1" 2>&1 <<'PY'
+import os
+from pathlib import Path
+from build_kernel.stages.serve import environment
+print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
+PY
+  /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
+    $(ls .device/wh/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') >> "$1" 2>&1
+}
