@@ -30,15 +30,11 @@ def record(work: Path, recipe: str, archs: str, inputs: dict[str, Any]) -> None:
                                            indent=1) + "\n")
 
 
-def _differences(old: Any, new: Any, where: str) -> list[str]:
+def _differences(old: Any, new: Any, where: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """(key path, old value, new value) of each leaf that differs."""
     if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for k in sorted(set(old) | set(new)):
-            out += _differences(old.get(k), new.get(k), f"{where}.{k}" if where else k)
-        return out
-    if old == new:
-        return []
-    return [f"{where} {_short(old)} -> {_short(new)}"]
+        return [d for k in sorted(set(old) | set(new)) for d in _differences(old.get(k), new.get(k), (*where, k))]
+    return [] if old == new else [(where, old, new)]
 
 
 def _short(value: Any) -> str:
@@ -54,8 +50,6 @@ def changed_since(builds: Path, work: Path, recipe: str, archs: str, inputs: dic
         return None
     earlier = []
     for path in builds.glob(f"*/{KEY_FILE}"):
-        if path.parent == work:
-            continue
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -65,9 +59,10 @@ def changed_since(builds: Path, work: Path, recipe: str, archs: str, inputs: dic
     if not earlier:
         return None
     _, key, old = max(earlier)
-    changed = _differences(old, inputs, "")
+    changed = _differences(old, inputs)
     if not changed:
         return None
-    first = sorted({_NAMES.get(c.split(".")[0].split(" ")[0], c.split(" ")[0]) for c in changed})
+    names = sorted({_NAMES.get(where[0], where[0]) for where, _, _ in changed})
+    shown = [f"{'.'.join(where)} {_short(a)} -> {_short(b)}" for where, a, b in changed[:3]]
     return (f"a new build: the last build of {recipe} for {archs} (folder {key}, kept) had other inputs: "
-            f"{', '.join(first)} ({'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''})")
+            f"{', '.join(names)} ({'; '.join(shown)}{'; ...' if len(changed) > 3 else ''})")
