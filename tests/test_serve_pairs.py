@@ -21,6 +21,7 @@ import pytest
 
 from build_kernel import plan as planmod
 from build_kernel import recipe
+from build_kernel.errors import ServeError
 from build_kernel.stages.serve import api, environment, install, sglang_dist
 from tests.conftest import DEMO_COMMIT, REPO_ROOT, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
@@ -133,6 +134,37 @@ def test_source_sglang_is_built_from_the_kernels_commit_sparse_with_it_in_the_ve
     mtime = wheel.stat().st_mtime_ns
     again = sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log", offline=True)
     assert again == wheel and again.stat().st_mtime_ns == mtime
+
+
+def _sglang_wheel(tmp_path: Path, version: str) -> Path:
+    """A real wheel named sglang of `version` (setuptools of this environment, no download)."""
+    src = tmp_path / f"sglang-src-{version}"
+    (src / "sglang").mkdir(parents=True)
+    (src / "sglang" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (src / "pyproject.toml").write_text(f'[project]\nname = "sglang"\nversion = "{version}"\n'
+                                        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    out = tmp_path / "wheelhouse"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(out), str(src)], check=True, capture_output=True)
+    return next(out.glob(f"sglang-{version.replace('+', '*')}-*.whl"))
+
+
+def test_a_wheelhouse_with_this_commits_sglang_build_serves_it_offline_and_another_commits_does_not(
+        upstream: Upstream, project: Path, tmp_path: Path) -> None:
+    """The GPU host case: no network, the partial mirror holds the kernel's files only, and the carried wheelhouse
+    holds sglang built from python/ of the same commit elsewhere."""
+    plan = _plan(source_recipe(project, upstream, upstream.snapshot), tmp_path / "cache")
+    other = _sglang_wheel(tmp_path, f"0.0.0.dev0+g{upstream.release[:12]}")
+    with pytest.raises(ServeError, match="--offline forbids fetching") as info:
+        sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log", offline=True,
+                          wheelhouse=other.parent)
+    assert "python/" in info.value.message
+    ours = _sglang_wheel(tmp_path, f"0.0.0.dev0+g{upstream.snapshot[:12]}")
+    wheel = sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log", offline=True,
+                              wheelhouse=ours.parent)
+    assert wheel.name == ours.name and wheel.read_bytes() == ours.read_bytes()
+    assert wheel.is_relative_to(plan.cache_dir)  # cached: later builds of this commit need no wheelhouse
+    assert sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log", offline=True) == wheel
 
 
 @pytest.mark.network

@@ -108,10 +108,20 @@ def _fetch(plan: Plan, choice: Choice, offline: bool) -> tuple[Path, str]:
         raise ServeError(f"fetching sglang's {SUBDIR}/: {exc.message}", hint=exc.hint) from None
 
 
+def _from_wheelhouse(folder: Path, choice: Choice) -> Path | None:
+    """A wheel of exactly this source build in the wheelhouse: its version carries the commit
+    (`+g<commit12>`), so no other build can pass for it."""
+    for dist in wheelhouse_mod.scan(folder).get("sglang", []):
+        if dist.tags is not None and dist.version == Version(choice.version):
+            return dist.path
+    return None
+
+
 def build(plan: Plan, python: str, env: Mapping[str, str], *, log_path: Path, offline: bool = False,
           wheelhouse: Path | None = None) -> Path:
-    """The source build's wheel (cached by repository and commit); its build requirements from
-    the wheelhouse alone when one is given."""
+    """The source build's wheel (cached by repository and commit): the wheelhouse's own build of
+    this commit where it has one, else built here, its build requirements from the wheelhouse
+    alone when one is given."""
     choice = choose(plan)
     assert choice.origin == "source"
     final = plan.cache_dir / "serve" / "sglang" / (
@@ -121,6 +131,11 @@ def build(plan: Plan, python: str, env: Mapping[str, str], *, log_path: Path, of
         if found:
             return found[0]
         atomic.sweep(final)
+        built = _from_wheelhouse(wheelhouse, choice) if wheelhouse is not None else None
+        if built is not None:  # this commit's build, made where python/ could be fetched (e.g. before going offline)
+            with atomic.folder(final) as tmp:
+                shutil.copy2(built, tmp / built.name)
+            return final / built.name
         mirror_path, sha = _fetch(plan, choice, offline)
         where = f"{choice.repo} @ {sha[:12]}"
         with atomic.folder(final) as tmp:

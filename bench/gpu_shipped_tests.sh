@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 53 item 4 on the GPU host when the pair run's hold ended before it (2026-12-05: its test step stopped at
+# "2038 files of python/ not in the cached mirror": the carried wheelhouse's sglang build of the commit was not
+# used then). One call, in the foreground: upstream's tests at the pinned commit against a carried wheel of the
+# shipped recipe for 9.0a with host lines (.device/h9s.toml: the same plan as the pair run's own build).
+#   carry .device/wht (the tool's dependencies, sglang of the commit, gguf) .device/mirrors .device/triton-src
+#         .device/gitenv.sh .device/h9s.toml .device/test-wheel:
+#   bash bench/gpu_shipped_tests.sh
+# Raw output: $OUT/st-raw.tar.gz (host, the wheel's digest, test.json/.err, the tests' logs, steps).
+set -u
+export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+OUT=${OUT:-/tmp/st-out}
+R=/tmp/st-raw
+rm -rf $R; mkdir -p $R "$OUT"
+# shellcheck source=bench/gpu_host_lib.sh
+source bench/gpu_host_lib.sh
+export BUILD_KERNEL_CACHE_DIR=/tmp/bkc
+t0=$(date +%s)
+step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; }
+pack() { tar -czf "$OUT/st-raw.tar.gz" -C $R .; }
+trap pack EXIT
+git rev-parse HEAD > $R/HEAD.txt 2>/dev/null
+host_record $R/host.txt
+WHEEL=$(ls .device/test-wheel/*.whl | head -1)
+sha256sum "$WHEEL" > $R/wheels.sha256
+mkdir -p .device/wh && cp .device/wht/*.whl .device/wh/ 2>/dev/null  # tool_setup reads .device/wh
+tool_setup $R/bk-site.log
+MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
+step "setup"
+timeout "${TEST_TIMEOUT_S:-480}" python3 -m build_kernel --offline --json test "$WHEEL" --recipe .device/h9s.toml \
+  --arch 9.0a --wheelhouse .device/wht --timeout 420 > $R/test.json 2> $R/test.err
+step "test rc=$?"
+tar -czf $R/test-logs.tar.gz --exclude="env-*" --exclude=src -C $BUILD_KERNEL_CACHE_DIR/tests . 2>/dev/null
