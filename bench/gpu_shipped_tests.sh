@@ -6,6 +6,8 @@
 #   carry .device/wht (the tool's dependencies, sglang of the commit, gguf) .device/mirrors .device/triton-src
 #         .device/gitenv.sh .device/h9s.toml .device/test-wheel:
 #   bash bench/gpu_shipped_tests.sh
+# TEST_ARGS: more `build-kernel test` options (e.g. `--parallel 8` and `--file` globs where the hold is short);
+# FILE_TIMEOUT_S: seconds a file may run (420); TEST_TIMEOUT_S: the whole test step's limit (480).
 # Raw output: $OUT/st-raw.tar.gz (host, the wheel's digest, test.json/.err, the tests' logs, steps).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
@@ -30,6 +32,6 @@ tool_setup $R/bk-site.log
 MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
 step "setup"
 timeout "${TEST_TIMEOUT_S:-480}" python3 -m build_kernel --offline --json test "$WHEEL" --recipe .device/h9s.toml \
-  --arch 9.0a --wheelhouse .device/wht --timeout 420 > $R/test.json 2> $R/test.err
+  --arch 9.0a --wheelhouse .device/wht --timeout "${FILE_TIMEOUT_S:-420}" ${TEST_ARGS:-} > $R/test.json 2> $R/test.err
 step "test rc=$?"
 tar -czf $R/test-logs.tar.gz --exclude="env-*" --exclude=src -C $BUILD_KERNEL_CACHE_DIR/tests . 2>/dev/null
