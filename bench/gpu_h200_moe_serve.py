@@ -191,9 +191,9 @@ def throughput_pair(ours: Path, reference: Path, ours_again: Path | None = None)
     for label, path in given:
         with tarfile.open(path) as tar:
             run = variant(tar, "bf16") or {}
-            runs[label] = {"raw": path.name, "wheel": next((ln.removeprefix("wheel: ") for ln in
-                                                            _text(tar, "host.txt").splitlines()
-                                                            if ln.startswith("wheel: ")), None),
+            host = _text(tar, "host.txt").splitlines()
+            runs[label] = {"raw": path.name, "gpu": host[1] if len(host) > 1 else None,
+                           "wheel": next((ln.removeprefix("wheel: ") for ln in host if ln.startswith("wheel: ")), None),
                            "error": run.get("error"), "attention": (run.get("resolved") or {}).get("resolved", {})
                            .get("attention_backend"), "bench": run.get("bench") or {}}
 
