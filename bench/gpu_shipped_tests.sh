@@ -31,7 +31,8 @@ mkdir -p .device/wh && cp .device/wht/*.whl .device/wh/ 2>/dev/null  # tool_setu
 tool_setup $R/bk-site.log
 MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
 step "setup"
+set -f  # TEST_ARGS's globs are the tool's (--file), not the shell's
 timeout "${TEST_TIMEOUT_S:-480}" python3 -m build_kernel --offline --json test "$WHEEL" --recipe .device/h9s.toml \
   --arch 9.0a --wheelhouse .device/wht --timeout "${FILE_TIMEOUT_S:-420}" ${TEST_ARGS:-} > $R/test.json 2> $R/test.err
-step "test rc=$?"
+step "test rc=$?"; set +f
 tar -czf $R/test-logs.tar.gz --exclude="env-*" --exclude=src -C $BUILD_KERNEL_CACHE_DIR/tests . 2>/dev/null
