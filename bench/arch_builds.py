@@ -7,7 +7,11 @@ run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower
 (archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
 which other work on a shared box moves; `largest_tu_peak` is the recorder's own peak of the largest compile.
 
-    python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz [--out bench/results/arch-builds.json]
+    python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz \
+        bench/raw/h200-2026-12-05-pair/pt-raw.tar.gz [--out bench/results/arch-builds.json]
+
+The GPU pack (bench/gpu_pair_and_tests.sh's pt-raw.tar.gz) has no plan.json: archs, series and jobs come from its
+build.json's provenance.
 """
 
 from __future__ import annotations
@@ -43,9 +47,12 @@ def one(path: Path) -> dict[str, Any]:
         err = (member(tar, "build.err") or b"").decode()
         # `build-kernel prune-proof THIS --against OTHER --across-tus`, where the run kept one (sm120 v10's split).
         proof = _json(tar, "split-proof.json")
+    # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
+    # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
+    cores = next((int(h) for h in host if h.strip().isdigit()), None)
+    gpu = next((h for h in host if h.startswith("NVIDIA")), host[2] if len(host) > 2 else None)
     out: dict[str, Any] = {"raw": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
-                           "host": {"cores": int(host[0]) if host and host[0].isdigit() else None,
-                                    "gpu": host[2] if len(host) > 2 else None,
+                           "host": {"cores": cores, "gpu": gpu,
                                     "asked": next((h for h in host if h.startswith("arch=")), None)},
                            "steps": [s for s in steps if s]}
     if plan:
@@ -53,6 +60,11 @@ def one(path: Path) -> dict[str, Any]:
         out["per_arch"] = plan["archs"]["per_arch"]
         out["series"] = f"{plan['patches']['series']}/{plan['patches']['version']}"
         out["jobs"] = plan["jobs"]["jobs"]
+    elif build and build.get("provenance"):  # a pack without plan.json: what the build itself recorded
+        prov = build["provenance"]
+        out["archs"], out["series"] = prov["archs"], prov["patch_series"]
+        out["jobs"] = prov["jobs"][0] if isinstance(prov["jobs"], list) else prov["jobs"]
+        out["host"]["asked"] = f"arch={';'.join(prov['archs'])} recipe={prov['recipe']}"
     if build is not None or "✓ build" in err or "✕ build" in err:
         try:
             figures = run_figures(_as_run_pack(path))
@@ -138,8 +150,12 @@ def _from_ninja_log(path: Path, err: str) -> dict[str, Any]:
     return {"built": "✓ build" in err, "tool_build_step_s": float(step.group(1)) if step else None,
             "ninja_wall_s": round(max(e[1] for e in edges) - min(e[0] for e in edges), 1) if edges else None,
             "edges": len(edges), "compiler_cpu_s": None, "peak_gb": None,
+            # Each edge's wall time summed: one compiler process per edge, so an upper bound of its CPU s
+            # (nvcc's host and device passes run one after another) that waits on nothing but the disk.
+            "edge_seconds_sum": round(sum(e[1] - e[0] for e in edges), 1) if edges else None,
             "oom_kills": len(re.findall(r"OOM-killed|Killed signal terminated program", err)),
-            "note": "no profile.sqlite or memory sample in this pack: compiler CPU s and peak not measured"}
+            "note": "no profile.sqlite or memory sample in this pack: compiler CPU s and peak not measured "
+                    "(edge_seconds_sum: the compiles' summed wall time instead)"}
 
 
 def main() -> None:
