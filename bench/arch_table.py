@@ -60,7 +60,9 @@ def built(builds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         fig = b.get("build") or {}
         ver = b.get("verify") or {}
         out[key] = {"label": b.get("raw"), "tool_build_step_s": fig.get("tool_build_step_s"),
-                    "compiler_cpu_s": fig.get("compiler_cpu_s"), "jobs": b.get("jobs"), "cores": fig.get("cores"),
+                    "compiler_cpu_s": fig.get("compiler_cpu_s"), "jobs": b.get("jobs"),
+                    "cores": fig.get("cores") or (b.get("host") or {}).get("cores"),
+                    "edge_seconds_sum": fig.get("edge_seconds_sum"), "gpu": (b.get("host") or {}).get("gpu"),
                     "oom_kills": fig.get("oom_kills"), "verify_passed": not ver.get("failures") if ver else None,
                     "verify_libraries": [{"path": lib["path"], "archs": lib["archs"], "missing": lib["missing"],
                                           "fp4": lib["fp4"]} for lib in ver.get("libraries", []) if lib["applies"]]}
