@@ -297,7 +297,7 @@ def test_plan_json_for_nightly_recipe() -> None:
     # The card's recipe is the best measured path: the pruned series with the CUDA 13 memcpy fix (0009).
     assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v8"
     assert "0009-cuda13-memcpy-batch-signature.patch" in [p["name"] for p in plan["patches"]["patches"]]
-    # Every pool patch v8 leaves out says why (v10's 0011: taken once the split is measured, issue 56).
+    # Every pool patch v8 leaves out says why (v10's and v11's 0011: taken once the split is measured, issue 56).
     left_out = plan["patches"]["left_out"]
     assert set(left_out) == {"0011-split-heavy-tus"} and "issue 56" in left_out["0011-split-heavy-tus"]
     deps = {d["name"]: d for d in plan["deps"]}
