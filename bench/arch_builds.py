@@ -39,14 +39,16 @@ def _json(tar: tarfile.TarFile, name: str) -> Any:
         return None
 
 
-def one(path: Path) -> dict[str, Any]:
+def one(path: Path, resumed: bool = False) -> dict[str, Any]:
     with tarfile.open(path) as tar:
         host = (member(tar, "host.txt") or b"").decode().splitlines()
         steps = (member(tar, "steps.txt") or b"").decode().split("\n")
         plan, verify, build = _json(tar, "plan.json"), _json(tar, "verify.json"), _json(tar, "build.json")
         err = (member(tar, "build.err") or b"").decode()
-        # `build-kernel prune-proof THIS --against OTHER --across-tus`, where the run kept one (sm120 v10's split).
-        proof = _json(tar, "split-proof.json")
+        # `build-kernel prune-proof THIS --against OTHER --across-tus`, where the run kept one: sm120 v10's split
+        # against v8 (split-proof.json), or the unpruned reference's pack holding the pruned build's proof
+        # against it (prune-proof.json).
+        proof = _json(tar, "split-proof.json") or _json(tar, "prune-proof.json")
     # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
     # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
     cores = next((int(h) for h in host if h.strip().isdigit()), None)
@@ -67,18 +69,24 @@ def one(path: Path) -> dict[str, Any]:
         out["host"]["asked"] = f"arch={';'.join(prov['archs'])} recipe={prov['recipe']}"
     if build is not None or "✓ build" in err or "✕ build" in err:
         try:
-            figures = run_figures(_as_run_pack(path))
+            figures = run_figures(_as_run_pack(path, resumed))
+            if resumed:  # the compiles of every run of the build's folder; ninja's times restart with each run
+                figures.update(ninja_wall_s=None, ratio_to_lower_bound=None, concurrency=None, peak_gb=None,
+                               note="resumed: an earlier run of the same build folder compiled part of it. compiler "
+                                    "CPU s, compiles, the longest edge and the lower bound count every run's "
+                                    "compiles; the tool step is the last run's only, and no wall of a cold "
+                                    "build exists")
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
             figures = _from_ninja_log(path, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
-        with tarfile.open(_as_run_pack(path)) as tar:
+        with tarfile.open(_as_run_pack(path, resumed)) as tar:
             db = member(tar, "profile.sqlite")
         if db:  # the host's memory in use moves with whatever else runs on a shared box; a TU's own peak does not
             rows = compiles(db)
             top = max(rows, key=lambda r: r["tree_peak_mb"])
             out["build"]["largest_tu_peak"] = {"source": top["source"], "gb": round(top["tree_peak_mb"] / 1024, 1)}
     if proof:
-        out["proof"] = {"against": proof.get("unpruned"), "passed": proof.get("passed"),
+        out["proof"] = {"pruned": proof.get("pruned"), "against": proof.get("unpruned"), "passed": proof.get("passed"),
                         "failures": [f[:400] for f in proof.get("failures", [])],
                         "libraries": [{k: (len(v) if k in ("missing", "differing") else v) for k, v in lib.items()
                                        if k in ("path", "archs", "functions_pruned", "functions_unpruned", "identical",
@@ -96,7 +104,7 @@ def one(path: Path) -> dict[str, Any]:
     return out
 
 
-def _as_run_pack(path: Path) -> Path:
+def _as_run_pack(path: Path, resumed: bool = False) -> Path:
     """The pack with its members named `<label>-<file>`, as run_figures reads the other build runs' packs; memory
     samples as whole bytes (the first packs' awk printed `2.17654e+09`); the profile cut to this build's compiles
     (the cache's profile.sqlite holds every build made with that cache: rows from the first memory sample on)."""
@@ -110,7 +118,8 @@ def _as_run_pack(path: Path) -> Path:
             if m.name.endswith("mem.txt"):
                 data = "".join(f"{s[0]} {int(float(s[1]))}\n" for s in samples).encode()
             elif m.name.endswith("profile.sqlite") and samples:
-                data = _rows_since(data, float(samples[0][0]), key)
+                # A resumed build: every compile run in its own folder, from whichever run.
+                data = _rows_since(data, 0.0 if resumed and key else float(samples[0][0]), key)
             m.name, m.size = f"run-{Path(m.name).name}", len(data)
             dst.addfile(m, io.BytesIO(data))
     return out
@@ -161,9 +170,12 @@ def _from_ninja_log(path: Path, err: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", nargs="+", type=Path)
+    ap.add_argument("--resumed", action="append", type=Path, default=[],
+                    help="a pack (also given as RAW) of a build resumed in a folder an earlier run began")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arch-builds.json")
     args = ap.parse_args()
-    builds = [one(p.resolve()) for p in sorted(args.raw)]
+    resumed = {p.resolve() for p in args.resumed}
+    builds = [one(p.resolve(), p.resolve() in resumed) for p in sorted(args.raw)]
     args.out.write_text(json.dumps({"builds": builds}, indent=1, sort_keys=True) + "\n")
     print(args.out)
 
