@@ -102,7 +102,7 @@ def test_ours_again_measures_the_order_and_upstream_wheel_says_why_it_cannot_loa
             _add(tar, "bf16/bench.err", "✓ serve\n")
         return path
 
-    main, ours, ref, again = raw("main", 1, 1), raw("ours", 600.0, 3000.0), raw("ref", 500.0, 3000.0), raw("again", 400.0, 3300.0)
+    main, ours, ref, again = raw("main", 1, 1), raw("ours", 600.0, 3000.0), raw("ref", 500.0, 3000.0), raw("again", 400.0, 3150.0)
     doctor = tmp_path / "doctor.json"
     doctor.write_text(json.dumps({"origin": {"distribution": "sgl-kernel", "version": "0.3.21", "detail": "file:///x.whl"},
                                   "torch": {"version": "2.11.0+cu130"}, "cuda_linked": {"libcudart.so.12": "12"},
@@ -117,8 +117,13 @@ def test_ours_again_measures_the_order_and_upstream_wheel_says_why_it_cannot_loa
     result = json.loads(out.read_text())
     pair = result["throughput_pair"]
     assert pair["ratio_ours_over_reference"] == {"C=1": 1.2, "C=32": 1.0}
-    assert pair["drift_ours_again_over_ours"] == {"C=1": 0.667, "C=32": 1.1}
-    assert pair["ratio_ours_mean_over_reference"] == {"C=1": 1.0, "C=32": 1.05}
+    assert pair["drift_ours_again_over_ours"] == {"C=1": 0.667, "C=32": 1.05}
+    assert pair["ratio_ours_mean_over_reference"] == {"C=1": 1.0, "C=32": 1.025}
+    # The ratio to read: where the order moved ours by more than 10 %, only the two later runs compare.
+    assert pair["ratio"]["C=1"]["ours_over_reference"] == 0.8
+    assert pair["ratio"]["C=1"]["basis"].startswith("ours again / reference: the first run is 0.67x")
+    assert pair["ratio"]["C=32"] == {"ours_over_reference": 1.025,
+                                     "basis": "mean of ours's two runs / reference (drift 1.050, within 10%)"}
     up = result["upstream_wheel"]
     assert (up["distribution"], up["sha256"], up["bytes"], up["healthy"]) == ("sgl-kernel 0.3.21", "abc123", 535601072, False)
     assert up["problems"] == ["is a CUDA 12 build"]
