@@ -84,6 +84,7 @@ log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",
 [ -n "$log" ] && cp "$log" $R/build.log
 key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("key",""))' $R/build.json 2>/dev/null)
 cp "$BUILD_KERNEL_CACHE_DIR/build/$key/cmake/.ninja_log" $R/ninja_log.txt 2>/dev/null
+cp "$BUILD_KERNEL_CACHE_DIR/profile.sqlite" $R/ 2>/dev/null  # each compile's CPU s and peak (bench/arch_builds.py)
 bk verify "${SHIPPED[@]}" > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
 wait $MOE_PID $ENV_PID; step "side: $(tr '\n' ' ' < $R/side.txt)"
 OURS=$(ls -t $BUILD_KERNEL_OUTPUT_DIR/*.whl 2>/dev/null | head -1)
