@@ -68,8 +68,9 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         out["jobs"] = prov["jobs"][0] if isinstance(prov["jobs"], list) else prov["jobs"]
         out["host"]["asked"] = f"arch={';'.join(prov['archs'])} recipe={prov['recipe']}"
     if build is not None or "✓ build" in err or "✕ build" in err:
+        pack = _as_run_pack(path, resumed)
         try:
-            figures = run_figures(_as_run_pack(path, resumed))
+            figures = run_figures(pack)
             if resumed:  # the compiles of every run of the build's folder; ninja's times restart with each run
                 figures.update(ninja_wall_s=None, ratio_to_lower_bound=None, concurrency=None, peak_gb=None,
                                note="resumed: an earlier run of the same build folder compiled part of it. compiler "
@@ -77,9 +78,9 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
                                     "compiles; the tool step is the last run's only, and no wall of a cold "
                                     "build exists")
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
-            figures = _from_ninja_log(path, err)
+            figures = _from_ninja_log(pack, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
-        with tarfile.open(_as_run_pack(path, resumed)) as tar:
+        with tarfile.open(pack) as tar:
             db = member(tar, "profile.sqlite")
         if db:  # the host's memory in use moves with whatever else runs on a shared box; a TU's own peak does not
             rows = compiles(db)
@@ -117,9 +118,10 @@ def _as_run_pack(path: Path, resumed: bool = False) -> Path:
         for m, data in members:
             if m.name.endswith("mem.txt"):
                 data = "".join(f"{s[0]} {int(float(s[1]))}\n" for s in samples).encode()
-            elif m.name.endswith("profile.sqlite") and samples:
-                # A resumed build: every compile run in its own folder, from whichever run.
-                data = _rows_since(data, 0.0 if resumed and key else float(samples[0][0]), key)
+            elif m.name.endswith("profile.sqlite") and (samples or key):
+                # From the first memory sample on; a resumed build (or a pack without samples): every compile run
+                # in its own folder, from whichever run.
+                data = _rows_since(data, 0.0 if (resumed and key) or not samples else float(samples[0][0]), key)
             m.name, m.size = f"run-{Path(m.name).name}", len(data)
             dst.addfile(m, io.BytesIO(data))
     return out
@@ -149,26 +151,25 @@ def _rows_since(db: bytes, start: float, key: str = "") -> bytes:
         return Path(f.name).read_bytes()
 
 
-def _from_ninja_log(path: Path, err: str) -> dict[str, Any]:
-    """What a raw pack without a memory sample still shows: the tool's build step, ninja's span and edges, and
-    either the recorder's figures of the build's own compiles (where the pack kept profile.sqlite) or the OOM
-    kills the tool reported."""
-    with tarfile.open(path) as tar:
+def _from_ninja_log(pack: Path, err: str) -> dict[str, Any]:
+    """What a pack (`_as_run_pack`'s) without a memory sample still shows: the tool's build step, ninja's span and
+    edges, and either the recorder's figures of the build's own compiles (where the pack kept profile.sqlite) or
+    the OOM kills the tool reported."""
+    with tarfile.open(pack) as tar:
         log = (member(tar, "ninja_log.txt") or b"").decode()
         db = member(tar, "profile.sqlite")
-        key = str((_json(tar, "build.json") or {}).get("key") or "")
     edges = ninja_edges(log) if log else []
     step = re.search(r"[✓✕] build .*? \(([\d.]+) s\)", err)
-    rows = compiles(_rows_since(db, 0.0, key)) if db and key else []
-    if rows:  # the recorder's own figures of this build's compiles (a pack with a profile but no memory sample)
-        return {"built": "✓ build" in err, "tool_build_step_s": float(step.group(1)) if step else None,
-                "ninja_wall_s": round(max(e[1] for e in edges) - min(e[0] for e in edges), 1) if edges else None,
-                "edges": len(edges), "compiles": len(rows), "compiler_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
-                "oom_kills": sum(1 for r in rows if r["oom_kill"]), "peak_gb": None,
+    rows = compiles(db) if db else []
+    out: dict[str, Any] = {
+        "built": "✓ build" in err, "tool_build_step_s": float(step.group(1)) if step else None,
+        "ninja_wall_s": round(max(e[1] for e in edges) - min(e[0] for e in edges), 1) if edges else None,
+        "edges": len(edges), "peak_gb": None}
+    if rows:  # the recorder's own figures of this build's compiles
+        return {**out, "compiles": len(rows), "compiler_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
+                "oom_kills": sum(1 for r in rows if r["oom_kill"]),
                 "note": "no memory sample in this pack: the host's peak not measured"}
-    return {"built": "✓ build" in err, "tool_build_step_s": float(step.group(1)) if step else None,
-            "ninja_wall_s": round(max(e[1] for e in edges) - min(e[0] for e in edges), 1) if edges else None,
-            "edges": len(edges), "compiler_cpu_s": None, "peak_gb": None,
+    return {**out, "compiler_cpu_s": None,
             # Each edge's wall time summed: one compiler process per edge, so an upper bound of its CPU s
             # (nvcc's host and device passes run one after another) that waits on nothing but the disk.
             "edge_seconds_sum": round(sum(e[1] - e[0] for e in edges), 1) if edges else None,
