@@ -9,10 +9,11 @@ host_record() {  # $1: the file: the host, its GPU, the compilers the environmen
   } > "$1" 2>&1
 }
 
-tool_setup() {  # $1: the log. The tool's own dependencies; the carried mirrors as the cache's (fetch runs --offline)
+tool_setup() {  # $1: the log, $2: the carried wheels (.device/wh). The tool's own dependencies; the carried mirrors
+  # as the cache's (fetch runs --offline)
+  local wh=${2:-.device/wh}
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
-    .device/wh/[Gg]it[Pp]ython*.whl .device/wh/gitdb*.whl .device/wh/smmap*.whl .device/wh/unidiff*.whl \
-    .device/wh/pyelftools*.whl > "$1" 2>&1
+    "$wh"/[Gg]it[Pp]ython*.whl "$wh"/gitdb*.whl "$wh"/smmap*.whl "$wh"/unidiff*.whl "$wh"/pyelftools*.whl > "$1" 2>&1
   export PYTHONPATH=$REPO:/tmp/bk-site
   mkdir -p "$BUILD_KERNEL_CACHE_DIR" && rm -rf "$BUILD_KERNEL_CACHE_DIR/mirrors" \
     && cp -r .device/mirrors "$BUILD_KERNEL_CACHE_DIR/mirrors"

@@ -27,8 +27,7 @@ git rev-parse HEAD > $R/HEAD.txt 2>/dev/null
 host_record $R/host.txt
 WHEEL=$(ls .device/test-wheel/*.whl | head -1)
 sha256sum "$WHEEL" > $R/wheels.sha256
-mkdir -p .device/wh && cp .device/wht/*.whl .device/wh/ 2>/dev/null  # tool_setup reads .device/wh
-tool_setup $R/bk-site.log
+tool_setup $R/bk-site.log .device/wht
 MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
 step "setup"
 set -f  # TEST_ARGS's globs are the tool's (--file), not the shell's

@@ -100,7 +100,7 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     if not force and (hit := cache.lookup(plan, key, log_path)) is not None:
         log.info(f"cache hit {key}: {hit.wheel.name}")
         return hit
-    work = plan.cache_dir / "build" / key
+    work = cache.work_dir(plan, key)
     if line := key_history.changed_since(work.parent, work, plan.recipe.name, plan.arch_list, key_inputs):
         log.info(line)
     key_history.record(work, plan.recipe.name, plan.arch_list, key_inputs)
@@ -126,7 +126,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
              log_path: Path, *, force: bool, launcher: compile_cache.Session | None = None,
              link_env: Mapping[str, str] | None = None,
              linkers: host_compiler.Resolution | None = None) -> BuildResult:
-    work = plan.cache_dir / "build" / key
+    work = cache.work_dir(plan, key)
     backend = backends.for_plan(plan)
     src, dist = work / "src", work / "dist"
     if force:

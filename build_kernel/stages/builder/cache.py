@@ -72,6 +72,11 @@ def entry(plan: Plan, cache_key: str) -> Path:
     return plan.cache_dir / "wheels" / cache_key
 
 
+def work_dir(plan: Plan, cache_key: str) -> Path:
+    """The build folder of a key: sources, CMake's tree, its record (key_history)."""
+    return plan.cache_dir / "build" / cache_key
+
+
 def lookup(plan: Plan, cache_key: str, log_path: Path) -> BuildResult | None:
     """The cached build for this key, delivered to the output folder; None on a miss."""
     folder = entry(plan, cache_key)
