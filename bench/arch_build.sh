@@ -9,7 +9,8 @@
 # recipe is an overlay of a shipped one with only the host's lines (torch = "existing", snapshot stand-ins): the
 # shipped recipe's archs, FP4 and rules are what is measured. Sources come through git's own config environment
 # (GIT_CONFIG_*, set by the caller), never a committed file. Environment: OUT (bench/raw/<date>-<label>),
-# BUILD_KERNEL_CACHE_DIR (the caller's), COLLECT=1 (pack what there is and stop).
+# BUILD_KERNEL_CACHE_DIR (the caller's), COLLECT=1 (pack what there is and stop), FORCE=1 (a cold build: `build
+# --force` drops a cached wheel and the key's build folder, so every compile runs).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,6 +50,6 @@ sample() {
 bk() { "$PY" -m build_kernel --json --arch "$ARCH" --recipe "$RECIPE" "$@"; }
 bk plan > "$R/plan.json" 2> "$R/plan.err"; step "plan rc=$?"
 sample & SP=$!
-bk build > "$R/build.json" 2> "$R/build.err"; rc=$?; kill $SP; step "build rc=$rc"
+bk build ${FORCE:+--force} > "$R/build.json" 2> "$R/build.err"; rc=$?; kill $SP; step "build rc=$rc"
 bk verify --static > "$R/verify.json" 2> "$R/verify.err"; step "verify rc=$?"
 echo done >> "$R/steps.txt"; pack

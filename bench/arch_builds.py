@@ -10,6 +10,9 @@ which other work on a shared box moves; `largest_tu_peak` is the recorder's own 
     python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz \
         bench/raw/h200-2026-12-05-pair/pt-raw.tar.gz [--out bench/results/arch-builds.json]
 
+`--pair BASE NEW` (packs also given as RAW; bench/split_pair.sh's two builds on one host) adds the two side by side
+under `pairs`: each figure of both and NEW over BASE.
+
 The GPU pack (bench/gpu_pair_and_tests.sh's pt-raw.tar.gz) has no plan.json: archs, series and jobs come from its
 build.json's provenance.
 """
@@ -178,16 +181,49 @@ def _from_ninja_log(pack: Path, err: str) -> dict[str, Any]:
                     "(edge_seconds_sum: the compiles' summed wall time instead)"}
 
 
+# The figures a pair compares (issue 56 item 4): dotted paths into a build's `build` figures.
+PAIR_FIGURES = ("tool_build_step_s", "ninja_wall_s", "compiler_cpu_s", "compiles", "lower_bound_s",
+                "ratio_to_lower_bound", "longest_edge.s", "largest_tu_peak.gb", "peak_gb", "oom_kills")
+
+
+def _figure(build: dict[str, Any], path: str) -> Any:
+    value: Any = build.get("build", {})
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def pair(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Two builds of one host side by side: each figure of both, and NEW / BASE where both are numbers."""
+    rows: dict[str, Any] = {}
+    for path in PAIR_FIGURES:
+        b, n = _figure(base, path), _figure(new, path)
+        rows[path] = {"base": b, "new": n,
+                      "ratio": round(n / b, 3) if isinstance(b, (int, float)) and isinstance(n, (int, float)) and b
+                      else None}
+    return {"base": base["raw"], "new": new["raw"], "base_series": base.get("series"),
+            "new_series": new.get("series"), "archs": new.get("archs"), "host": new["host"],
+            "jobs": {"base": base.get("jobs"), "new": new.get("jobs")}, "figures": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", nargs="+", type=Path)
     ap.add_argument("--resumed", action="append", type=Path, default=[],
                     help="a pack (also given as RAW) of a build resumed in a folder an earlier run began")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arch-builds.json")
+    ap.add_argument("--pair", nargs=2, action="append", type=Path, default=[], metavar=("BASE", "NEW"),
+                    help="two packs (also given as RAW) of one host to put side by side, NEW over BASE")
     args = ap.parse_args()
     resumed = {p.resolve() for p in args.resumed}
-    builds = [one(p.resolve(), p.resolve() in resumed) for p in sorted(args.raw)]
-    args.out.write_text(json.dumps({"builds": builds}, indent=1, sort_keys=True) + "\n")
+    by_path = {p.resolve(): one(p.resolve(), p.resolve() in resumed) for p in sorted(args.raw)}
+    missing = [str(p) for two in args.pair for p in two if p.resolve() not in by_path]
+    if missing:
+        ap.error(f"--pair names a pack not given as RAW: {', '.join(missing)}; list it among the packs too")
+    out: dict[str, Any] = {"builds": list(by_path.values())}
+    if args.pair:
+        out["pairs"] = [pair(by_path[b.resolve()], by_path[n.resolve()]) for b, n in args.pair]
+    args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(args.out)
 
 

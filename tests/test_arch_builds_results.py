@@ -45,3 +45,32 @@ def test_a_pack_without_profile_gives_the_ninja_figures_and_verify_per_library(t
     [lib] = build["verify"]["libraries"]
     assert lib["fp4"]["sm_121a:OMMA\\.SF\\.\\S*E2M1"] == 512 and build["verify"]["passed"]
     assert build["host"]["cores"] == 16 and build["steps"][0] == "build rc=0 160 s"
+
+
+def _pack(path: Path, step_s: float, ninja_log: str) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        _add(tar, "./host.txt", "2\nSun Dec  6 2026\nno GPU\narch=12.0a recipe=/tmp/ov/x.toml\n")
+        _add(tar, "./build.err", f"✓ build sgl-kernel ({step_s} s)\n")
+        _add(tar, "./build.json", {"wheel": "x.whl"})
+        _add(tar, "./ninja_log.txt", ninja_log)
+    return path
+
+
+def test_a_pair_puts_two_builds_side_by_side_with_new_over_base(tmp_path: Path) -> None:
+    base = _pack(tmp_path / "v8-sm120a-2c-raw.tar.gz", 200.0, "# ninja log v7\n0\t100000\t0\ta.o\tx\n")
+    new = _pack(tmp_path / "v11-sm120a-2c-raw.tar.gz", 150.0, "# ninja log v7\n0\t80000\t0\ta.o\tx\n")
+    out = tmp_path / "split.json"
+    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    proc = subprocess.run([sys.executable, script, str(base), str(new), "--pair", str(base), str(new),
+                           "--out", str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    [p] = json.loads(out.read_text())["pairs"]
+    assert p["figures"]["tool_build_step_s"] == {"base": 200.0, "new": 150.0, "ratio": 0.75}
+    assert p["figures"]["ninja_wall_s"]["ratio"] == 0.8 and p["figures"]["compiler_cpu_s"]["ratio"] is None
+    assert p["base"].endswith("v8-sm120a-2c-raw.tar.gz") and p["new"].endswith("v11-sm120a-2c-raw.tar.gz")
+    # A pair naming a pack that is not among the packs read: one line naming it and the fix, nothing written.
+    other = tmp_path / "other.json"
+    bad = subprocess.run([sys.executable, script, str(base), "--pair", str(base), str(new), "--out", str(other)],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "v11-sm120a-2c-raw.tar.gz" in bad.stderr and "list it among the packs" in bad.stderr
+    assert not other.exists()
