@@ -10,7 +10,8 @@
 # shipped recipe's archs, FP4 and rules are what is measured. Sources come through git's own config environment
 # (GIT_CONFIG_*, set by the caller), never a committed file. Environment: OUT (bench/raw/<date>-<label>),
 # BUILD_KERNEL_CACHE_DIR (the caller's), COLLECT=1 (pack what there is and stop), FORCE=1 (a cold build: `build
-# --force` drops a cached wheel and the key's build folder, so every compile runs).
+# --force` drops a cached wheel and the key's build folder, so every compile runs), OFFLINE=1 (sources from the
+# cache's mirrors only: a GPU host without network).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,7 +48,7 @@ sample() {
         sleep 0.5
     done
 }
-bk() { "$PY" -m build_kernel --json --arch "$ARCH" --recipe "$RECIPE" "$@"; }
+bk() { "$PY" -m build_kernel --json ${OFFLINE:+--offline} --arch "$ARCH" --recipe "$RECIPE" "$@"; }
 bk plan > "$R/plan.json" 2> "$R/plan.err"; step "plan rc=$?"
 sample & SP=$!
 bk build ${FORCE:+--force} > "$R/build.json" 2> "$R/build.err"; rc=$?; kill $SP; step "build rc=$rc"

@@ -115,3 +115,21 @@ def test_the_shipped_profile_says_what_it_was_measured_for(tmp_path: Path) -> No
     assert "12.0a" not in (scheduling.profile_note(hopper) or "12.0a")  # same archs: only the series is named
     eta = planner.EtaFromLines(_tus(), jobs=1, clock=Clock(), note="profile for 12.0a")
     assert eta.describe().endswith("(profile for 12.0a)")
+
+
+def test_no_estimate_from_the_whole_profile_before_the_build_lists_its_compiles(tmp_path: Path) -> None:
+    # Seen on the 2-core box (2026-12-06): "[0/2] 6 s, eta 5106 s" for a build of ~900 s, the sum of every TU the
+    # machine's profile knows (other archs, pins and series), before ninja_order had listed this build's.
+    tus = [*_tus(), planner.TU("csrc/z.cu", 1, 4000.0, "machine profile", 0)]
+    edges = tmp_path / "ninja-edges.json"
+    clock = Clock()
+    eta = planner.EtaFromLines(tus, jobs=1, clock=clock, edges=edges)
+    assert eta.remaining() is None and eta("[0/2] Re-checking globbed directories...") is None
+    edges.write_text(json.dumps({"sources": ["csrc/a.cu", "csrc/b.cu"]}))  # the wrapper lists them
+    clock.now = 5.0
+    assert eta("[1/3] Building CXX object csrc/gen.cc.o") == 150.0  # a.cu + b.cu: z.cu is not this build's
+    # A build whose ninja is not wrapped lists nothing: the first compile of the profile that finishes brings
+    # the profile's estimate back.
+    unlisted = planner.EtaFromLines(tus, jobs=1, clock=Clock(), edges=tmp_path / "never-written.json")
+    assert unlisted("[0/3] Re-checking globbed directories...") is None
+    assert unlisted("[1/3] Building CUDA object csrc/b.cu.o") == 4100.0

@@ -107,7 +107,8 @@ class EtaFromLines:
 
     The work is this build's own compiles, once ninja_order has listed them (`edges`, the governor's list:
     a profile of other archs or another pin knows TUs this build never compiles, which would never finish,
-    and lacks some it does, which would never count); until then the profile's TUs. A dependency's TU is
+    and lacks some it does, which would never count); until then no estimate, or where no list comes (`edges`
+    None, or a compile of the profile finishes first) the profile's TUs. A dependency's TU is
     found by its path inside the dependency. A TU with no recorded time counts as the median of those with
     one, and, once the build has run a while, as what a finished TU took on average (the jobs' time over the
     TUs done) where that is more; the ETA says how many compiles the profile knows when it knows less than
@@ -130,7 +131,11 @@ class EtaFromLines:
         self.done: set[str] = set()
         self.start: float | None = None  # ninja's first line: configure's minutes are no compile work
         self.pace = 1.0
-        self._at, self._estimate = clock(), self._prior()
+        # Where ninja_order will list this build's compiles, no estimate until it has: the profile holds every TU
+        # this machine ever compiled (other archs, pins, series), and its sum overstated a 15-minute build's
+        # ETA as 85 minutes at its first line (2-core box, 2026-12-06).
+        self._listed = edges is None
+        self._at, self._estimate = clock(), self._prior() if self._listed else None
 
     def _use(self, sources: Sequence[str]) -> None:
         known = sorted(self._recorded[s] for s in sources if s in self._recorded)
@@ -145,6 +150,7 @@ class EtaFromLines:
         if (sources := self._edges.changed()) is not None:
             self._use(list(dict.fromkeys(sources)))
             self.done &= set(self.work)
+            self._listed = True
 
     def _left(self) -> list[float]:
         return [w for s, w in self.work.items() if s not in self.done]
@@ -159,10 +165,15 @@ class EtaFromLines:
         now = self.clock()
         if self.start is None:
             self.start = now
+        listed = self._listed
         self._read_edges()
+        if self._listed and not listed:  # the list just came: the recorded times of its compiles
+            self._at, self._estimate = now, self._prior(now - self.start)
         hit = next((s for s in self._names if s not in self.done and _in_line(s) in line), None)
         if hit is None:
-            return self._estimate  # nothing more known: the countdown goes on
+            return self._estimate  # nothing more known: the countdown goes on (or, before the list, none yet)
+        # A compile of the profile finished and still no list (a build ninja_order does not wrap): its TUs it is.
+        self._listed = True
         self.done.add(hit)
         elapsed = now - self.start
         if self.unknown and self.typical is not None and elapsed >= self.MIN_ELAPSED_S:
