@@ -209,3 +209,59 @@ def test_plan_shows_which_sglang_serves_and_where_it_comes_from(name: str, origi
         assert sglang["commit"] == "6ffc74efd7d23627c0245efb61af7f62cde4a970"
     human = run_cli("plan", "--recipe", str(REPO_ROOT / "recipes" / f"{name}.toml"))
     assert f"with sglang {version}" in " ".join(human.stdout.split())
+
+
+# As upstream's python/pyproject.toml from 1d1972139 (2026-05-18, in 0753182b's tree): a PyO3 extension built
+# from a crate outside python/, by setuptools-rust.
+RUST_TABLE = """
+[[tool.setuptools-rust.ext-modules]]
+target = "sglang.srt.grpc._core"
+path = "../rust/sglang-grpc/Cargo.toml"
+binding = "PyO3"
+"""
+
+
+@pytest.mark.network  # pip fetches setuptools-scm and setuptools-rust from PyPI for the isolated build
+def test_a_rust_extension_nothing_imports_is_left_out_and_the_wheel_stays_pure(
+        project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sglang at 0753182b: pip's build of python/ failed on "can't find manifest for Rust extension
+    `sglang.srt.grpc._core` at path `../rust/sglang-grpc/Cargo.toml`"; marked optional instead, the wheel came out
+    cp311-linux, which a Python 3.12 host refuses."""
+    up = Upstream(tmp_path / "up")
+    pyproject = SGLANG_PYPROJECT.replace("@EXTRA@", "").replace(
+        '"setuptools-scm>=8.0",', '"setuptools-scm>=8.0", "setuptools-rust>=1.10",') + RUST_TABLE
+    grpc = commit_files(up.repo, {"python/pyproject.toml": pyproject,
+                                  "python/sglang/srt/grpc/__init__.py": "# SGLang gRPC module\n"}, "grpc crate")
+    plan = _plan(source_recipe(project, up, grpc), tmp_path / "cache")
+    wheel = sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log")
+    assert wheel.name == f"sglang-0.0.0.dev0+g{grpc[:12]}-py3-none-any.whl"
+    assert "sglang.srt.grpc._core left out" in capsys.readouterr().err
+    # Upstream's file is the mirror's, untouched: only the build copy lost the table.
+    assert RUST_TABLE.strip() in git.Repo(up.repo).git.show(f"{grpc}:python/pyproject.toml")
+    # A commit where a module imports it: leaving it out would break the server, so one line names the importer.
+    uses = commit_files(up.repo, {"python/sglang/srt/grpc/server.py": "import os\nfrom . import _core\n"}, "use it")
+    plan = _plan(source_recipe(project, up, uses), tmp_path / "cache2")
+    with pytest.raises(ServeError) as info:
+        sglang_dist.build(plan, sys.executable, dict(plan.env), log_path=tmp_path / "log")
+    assert "sglang/srt/grpc/server.py:2 imports the Rust extension sglang.srt.grpc._core" in info.value.message
+    assert 'sglang = "release"' in (info.value.hint or "")
+    assert not list((tmp_path / "cache2" / "serve" / "sglang").glob("*/*.whl"))  # nothing half-written
+
+
+@pytest.mark.parametrize(("path", "text", "line"), [
+    ("sglang/srt/grpc/server.py", "x = 1\nfrom sglang.srt.grpc import (\n    _core,\n)\n", 2),
+    ("sglang/srt/grpc/server.py", "from . import (\n    other,\n)\nfrom sglang.srt.grpc import util\n", None),
+    ("sglang/srt/grpc/server.py", "x = 1\nfrom sglang.srt.grpc import _core, other\n", 2),
+    ("sglang/srt/entry.py", "import sglang.srt.grpc._core as core\n", 1),
+    ("sglang/srt/entry.py", "m = importlib.import_module('sglang.srt.grpc._core')\n", 1),
+    ("sglang/srt/grpc/server.py", "from ._core import serve\n", 1),
+    ("sglang/srt/other/server.py", "from . import _core\n", None),  # another package's _core
+    ("sglang/srt/entry.py", "# sglang.srt.grpc._core is built by setuptools-rust\n", None),
+])
+def test_importer_finds_what_imports_an_extension(tmp_path: Path, path: str, text: str, line: int | None) -> None:
+    from build_kernel.stages.serve import rust_extensions
+
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(text)
+    found = rust_extensions.importer(tmp_path, "sglang.srt.grpc._core")
+    assert found == (f"{path}:{line}" if line else None)

@@ -205,8 +205,9 @@ class Serve:
     port: int = _doc("Port to bind.", 30000)
     sglang: str = _doc("Where sglang comes from: `release` ([toolchain] sglang from the package index or "
                        "`--wheelhouse`) or `source` (built from `python/` of [source] repo at [source] commit, "
-                       "version `0.0.0.dev0+g<commit12>`: the kernel snapshot's own sglang; a `--wheelhouse` "
-                       "wheel of exactly that version is taken instead of building).", "release")
+                       "version `0.0.0.dev0+g<commit12>`: the kernel snapshot's own sglang, less Rust extensions nothing "
+                       "imports; a `--wheelhouse` wheel of exactly that version is taken instead of building).",
+                       "release")
     python: str = _doc("Interpreter that runs the server (an environment of your own with sglang and the wheel); "
                        "empty: the serve environment `build-kernel serve --install` makes in the cache.", "")
     module: str = _doc("Module run as the server (`python -m MODULE`).", "sglang.launch_server")

@@ -25,9 +25,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from build_kernel import atomic, process
+from build_kernel import atomic, log, process
 from build_kernel.errors import FetchError, ServeError
 from build_kernel.plan import Plan
+from build_kernel.stages.serve import rust_extensions
 from build_kernel.stages.serve import wheelhouse as wheelhouse_mod
 
 if sys.version_info >= (3, 11):
@@ -151,6 +152,9 @@ def build(plan: Plan, python: str, env: Mapping[str, str], *, log_path: Path, of
                 if (tree / name).is_file() and not (project / name).exists():
                     shutil.copy2(tree / name, project / name)
             dist = _project_name(project / "pyproject.toml", where)
+            if left := rust_extensions.leave_out(project, where):
+                log.info(f"{dist} from {where}: Rust extension(s) {', '.join(left)} left out (nothing in {SUBDIR}/ "
+                         "imports them; their crate is outside it): a pure-Python wheel")
             if wheelhouse is not None:  # pip's isolated build environment starts empty
                 wheelhouse_mod.require(wheelhouse, _build_requires(project / "pyproject.toml"),
                                        wheelhouse_mod.target(python, env), what=f"building {dist} from {where}",
