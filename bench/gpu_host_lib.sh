@@ -9,6 +9,16 @@ host_record() {  # $1: the file: the host, its GPU, the compilers the environmen
   } > "$1" 2>&1
 }
 
+run_from_copy() {  # $1: the copy's folder, $2: the script, relative to the repository (bench/NAME.sh). A detached
+  # run re-executes itself once from a copy: each later device call syncs the working tree again, and the run must
+  # not change under itself. The copy holds HEAD.txt (the commit it was made from).
+  [ -n "${BK_RUN_COPY:-}" ] && return 0
+  rm -rf "$1" && mkdir -p "$1"
+  cp -r build_kernel bench recipes patches examples pyproject.toml .device "$1"/
+  git -C "$REPO" rev-parse HEAD > "$1/HEAD.txt" 2>/dev/null
+  exec env BK_RUN_COPY=1 bash "$1/$2"
+}
+
 tool_setup() {  # $1: the log, $2: the carried wheels (.device/wh). The tool's own dependencies; the carried mirrors
   # as the cache's (fetch runs --offline)
   local wh=${2:-.device/wh}

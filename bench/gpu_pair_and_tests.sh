@@ -42,15 +42,9 @@ if [ "${COLLECT:-0}" = 1 ]; then
   cp $MOE_OUT/*.tar.gz "$OUT/" 2>/dev/null
   cat $R/steps.txt 2>/dev/null; exit 0
 fi
-# Run from a copy: each later device call syncs the working tree again, and this run must not change under itself.
-if [ -z "${PT_COPY:-}" ]; then
-  rm -rf /tmp/pt-repo && mkdir -p /tmp/pt-repo
-  cp -r build_kernel bench recipes patches examples pyproject.toml .device /tmp/pt-repo/
-  git -C "$REPO" rev-parse HEAD > /tmp/pt-repo/HEAD.txt 2>/dev/null
-  exec env PT_COPY=1 bash /tmp/pt-repo/bench/gpu_pair_and_tests.sh
-fi
 # shellcheck source=bench/gpu_host_lib.sh
 source "$REPO/bench/gpu_host_lib.sh"
+run_from_copy /tmp/pt-repo bench/gpu_pair_and_tests.sh
 echo $$ > /tmp/pt.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/pt.pid)` stops all of it
 rm -rf $R $MOE_OUT $REF; mkdir -p $R $MOE_OUT
 # Where the reference fitted this call's carry, it is here already.

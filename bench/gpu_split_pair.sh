@@ -30,15 +30,9 @@ if [ "${COLLECT:-0}" = 1 ]; then
   done
   cat $S/sp-steps.txt 2>/dev/null; exit 0
 fi
-# Run from a copy: each later device call syncs the working tree again, and this run must not change under itself.
-if [ -z "${SP_COPY:-}" ]; then
-  rm -rf /tmp/sp-repo && mkdir -p /tmp/sp-repo
-  cp -r build_kernel bench recipes patches examples pyproject.toml .device /tmp/sp-repo/
-  git -C "$REPO" rev-parse HEAD > /tmp/sp-repo/HEAD.txt 2>/dev/null
-  exec env SP_COPY=1 bash /tmp/sp-repo/bench/gpu_split_pair.sh
-fi
 # shellcheck source=bench/gpu_host_lib.sh
 source "$REPO/bench/gpu_host_lib.sh"
+run_from_copy /tmp/sp-repo bench/gpu_split_pair.sh
 rm -rf $S; mkdir -p $S
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $S/sp-steps.txt; }

@@ -11,8 +11,8 @@ set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 ARCH=${ARCH:-12.0a}
 HOST=${HOST:?a host label, e.g. 2c or h200}
+: "${V8:?the v8 overlay}" "${V11:?the v11 overlay}"  # both named before the first build starts
 tag=sm$(echo "$ARCH" | tr -d '.;')
-for series in v8 v11; do
-    if [ "$series" = v8 ]; then recipe=${V8:?the v8 overlay}; else recipe=${V11:?the v11 overlay}; fi
-    FORCE=1 RECIPE=$recipe ARCH=$ARCH LABEL=$series-$tag-$HOST bash "$REPO/bench/arch_build.sh"
-done
+cold() { FORCE=1 RECIPE=$2 ARCH=$ARCH LABEL=$1-$tag-$HOST bash "$REPO/bench/arch_build.sh"; }
+cold v8 "$V8"
+cold v11 "$V11"

@@ -48,13 +48,14 @@ def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
 def run(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     src = (args.cmake / ".." / "src").resolve()
-    jobs = []
-    for tu in [] if args.only_sources else args.tu:
-        base = nvcc_command(args.cmake, args.target_dir, tu)
-        for variant in VARIANTS:
-            name = f"{Path(tu).name}{variant}"
-            jobs.append((name, [*base, "--time", str(args.out / f"{name}.csv"), "-c", str(src / f"{tu}{variant}.cu"),
-                                "-o", str(args.out / f"{name}.o")]))
+    commands = {tu: nvcc_command(args.cmake, args.target_dir, tu) for tu in args.tu}
+    # (name, the TU whose command compiles it, the source): each TU and its parts, then the probes (e.g. a TU of
+    # only the headers a split part includes) with the first TU's command.
+    sources = [] if args.only_sources else [(f"{Path(tu).name}{v}", tu, src / f"{tu}{v}.cu")
+                                            for tu in args.tu for v in VARIANTS]
+    sources += [(extra.stem, args.tu[0], extra.resolve()) for extra in args.source]
+    jobs = [(name, [*commands[tu], "--time", str(args.out / f"{name}.csv"), "-c", str(source),
+                    "-o", str(args.out / f"{name}.o")]) for name, tu, source in sources]
 
     def one(job: tuple[str, list[str]]) -> dict[str, Any]:
         name, cmd = job
@@ -64,10 +65,6 @@ def run(args: argparse.Namespace) -> None:
         return {"file": name, "rc": proc.returncode, "wall_s": round(time.monotonic() - start, 1),
                 "stderr_tail": proc.stderr[-400:]}
 
-    for extra in args.source:  # e.g. a probe TU of only the headers a split part includes
-        jobs.append((extra.stem, [*nvcc_command(args.cmake, args.target_dir, args.tu[0]), "--time",
-                                  str(args.out / f"{extra.stem}.csv"), "-c", str(extra.resolve()),
-                                  "-o", str(args.out / f"{extra.stem}.o")]))
     with ThreadPoolExecutor(args.parallel) as pool:
         done = list(pool.map(one, jobs))
     runs = args.out / "runs.json"  # a later run (header probes) adds to the earlier one's
@@ -98,13 +95,11 @@ def report(args: argparse.Namespace) -> None:
     tus = {}
     for name in files:
         if not name.endswith(("_part1", "_part2")):
-            parts = [files.get(f"{name}_part1"), files.get(f"{name}_part2")]
-            if all(parts):
+            parts = [files[f"{name}{v}"]["wall_s"] for v in VARIANTS[1:] if f"{name}{v}" in files]
+            if len(parts) == len(VARIANTS) - 1:
                 whole = files[name]["wall_s"]
-                both = sum(p["wall_s"] for p in parts if p)
-                tus[name] = {"whole_s": whole, "parts_s": [p["wall_s"] for p in parts if p],
-                             "parts_over_whole": round(both / whole, 2),
-                             "longest_part_over_whole": round(max(p["wall_s"] for p in parts if p) / whole, 2)}
+                tus[name] = {"whole_s": whole, "parts_s": parts, "parts_over_whole": round(sum(parts) / whole, 2),
+                             "longest_part_over_whole": round(max(parts) / whole, 2)}
     out = {"issue": 56, "what": __doc__.splitlines()[0], "raw": str(args.raw.resolve().relative_to(ROOT)),
            "files": files, "tus": tus}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
