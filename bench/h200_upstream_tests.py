@@ -13,19 +13,26 @@ Three runs of the pruned recipe at 6ffc74ef for 9.0a (v8 below has FA3 on), buil
   and its one line for the rest);
 - `v7u`: the unpruned reference, series sm120/v7-unpruned (v7 without 0005, 0007, 0008: upstream's sources with
   only the CUDA 13 / torch fixes), FA3 off, 4 files at once, while the v8 wheel was compiled beside it (15 jobs
-  on the same 16 cores). `pruned_vs_unpruned` compares it with v7 file by file.
+  on the same 16 cores). `pruned_vs_unpruned` compares it with v7 file by file;
+- `shipped` (issue 53 item 4): the shipped nightly-cu130 for 9.0a with host lines only, judged by its own
+  [test.expect];
+- `t43` (issue 55 item 3): the shipped nightly-0.4 (sglang-kernel 0.4.3 @ 0753182b, series v9) for 9.0a, judged by
+  its own [test.expect], with sglang of 0753182b.
+The last two wheels were built on the 2-core box against the host's torch (`pack --build`: that build's raw pack
+gives build.json and verify.json); each report of them goes to a results file of its own.
 
 `pack` keeps what this script reads of a device run (the build, verify and test JSON, the host line, and
 per test file the JUnit XML without failure bodies and the `-v` result lines of its log: node ids and
 outcomes, no upstream source lines), `report` writes the results file:
 
     python bench/h200_upstream_tests.py pack v6 RAW.tar.gz TEST-LOGS.tar.gz --out bench/raw/h200-2026-12-03-tests/v6-raw.tar.gz
+    python bench/h200_upstream_tests.py pack t43 t43-raw.tar.gz TEST-LOGS.tar.gz --build o43p-sm90a-2c-raw.tar.gz --out ...
     python bench/h200_upstream_tests.py report bench/raw/h200-2026-12-03-tests/{v6,v7}-raw.tar.gz \
         bench/raw/h200-2026-12-03-fa3/v8-raw.tar.gz bench/raw/h200-2026-12-03-unpruned/v7u-raw.tar.gz \
         --out bench/results/h200-upstream-tests.json
 
-Each file is judged with the shipped nightly-cu130-pruned recipe's [test.expect] (for 9.0a) plus the two
-conditions of these runs, stated in RUN_CONDITIONS with their evidence.
+Each file is judged with its run's recipe's [test.expect] (for 9.0a: RECIPES; nightly-cu130-pruned unless named)
+plus the conditions of these runs, stated in RUN_CONDITIONS with their evidence.
 """
 
 from __future__ import annotations
@@ -66,19 +73,38 @@ NO_NETWORK = (
 UNPRUNED_LOAD = "v7u's tests ran while the v8 wheel was compiled beside them (15 compile jobs on the same 16 cores)"
 # shipped (issue 53): the shipped recipe as it is for 9.0a (FA3 for its model's head dim 256), host lines only.
 RUN_CONDITIONS = {"v6": FA3_OFF + NO_NETWORK, "v7": FA3_OFF + NO_NETWORK, "v8": NO_NETWORK, "v7u": FA3_OFF + NO_NETWORK,
-                  "shipped": NO_NETWORK}
+                  "shipped": NO_NETWORK, "t43": NO_NETWORK}
+# The recipe whose [test.expect] judges a run, and the issue it answers (issue 42's runs: nightly-cu130-pruned).
+RECIPES = {"shipped": "nightly-cu130", "t43": "nightly-0.4"}
+ISSUES = {"shipped": 53, "t43": 55}
+DESCRIPTIONS = {
+    "shipped": "nightly-cu130 as shipped for 9.0a (FA3 for its model's head dim 256, bf16), host lines only",
+    "t43": "nightly-0.4 as shipped (sglang-kernel 0.4.3 @ 0753182b, series sm120/v9) for 9.0a (FA3 for head dim 256, "
+           "bf16), host lines only, sglang of 0753182b",
+}
+ISSUE_42 = ("nightly-cu130-pruned for 9.0a (v6, v7: FA3 off; v8: FA3 for head dims 64 + 256, bf16; v7u: its unpruned "
+            "reference, FA3 off)")
 _RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b|^(\S+::\S+)\s*$")
 
 
-def pack(label: str, raw: Path, logs: Path, out: Path) -> None:
-    """The parts of a device run this script reads, without upstream source lines."""
+def pack(label: str, raw: Path, logs: Path, out: Path, build: Path | None = None) -> None:
+    """The parts of a device run this script reads, without upstream source lines. `build`: the raw pack of the
+    build that made the tested wheel elsewhere (bench/arch_build.sh's `<label>/build.json, verify.json, ...`)."""
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, "w:gz") as dst:
         t = Path(tmp)
         with tarfile.open(raw) as src:
             src.extractall(t / "raw", filter="data")
+        found: dict[str, Path] = {}
+        if build is not None:
+            with tarfile.open(build) as src:
+                src.extractall(t / "build", filter="data")
+            found = {p.name: p for p in (t / "build").rglob("*") if p.name in ("build.json", "verify.json",
+                                                                               "ninja_log.txt")}
         for name in ("build.json", "verify.json", "host.txt", "steps.txt", "test.json", "fa3_probe.json",
-                     "ninja_log.txt"):
+                     "ninja_log.txt", "wheels.sha256"):
             path = t / "raw" / name
+            if not (path.is_file() and path.stat().st_size):
+                path = found.get(name, path)
             if path.is_file() and path.stat().st_size:
                 dst.add(path, f"{label}/{name}")
         with tarfile.open(logs) as src:
@@ -167,14 +193,13 @@ def _fa3_units(ninja_log: bytes | None) -> dict[str, Any] | None:
 
 
 def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
-    recipe = load("nightly-cu130-pruned")
-    shipped = verdict.applicable(recipe.test.expect, ["9.0a"])
     runs: dict[str, Any] = {}
     for path in tarballs:
         with tarfile.open(path) as tar:
             files = _members(tar)
         label = next(iter(files)).split("/")[0]
-        exps = [*shipped, *RUN_CONDITIONS.get(label, ())]
+        recipe = RECIPES.get(label, "nightly-cu130-pruned")
+        exps = [*verdict.applicable(load(recipe).test.expect, ["9.0a"]), *RUN_CONDITIONS.get(label, ())]
         build = json.loads(files[f"{label}/build.json"])
         verify = json.loads(files[f"{label}/verify.json"])
         prov = build["provenance"]
@@ -190,7 +215,7 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
                          "unexplained_skips": len(v.unexplained_skips) if v else None,
                          "expected_failures": sum(1 for e in v.expected if e["outcome"] == "fail") if v else 0})
         runs[label] = {
-            "series": prov["patch_series"], "wheel": Path(build["wheel"]).name, "host": files.get(f"{label}/host.txt",
+            "recipe": recipe, "series": prov["patch_series"], "wheel": Path(build["wheel"]).name, "host": files.get(f"{label}/host.txt",
                                                                                                b"").decode().strip(),
             "build_seconds": prov["seconds"], "compiler_cpu_seconds": prov["cpu_seconds"], "jobs": prov["jobs"],
             "oom_kills": prov["oom_kills"], "host_compiler": (prov.get("host_compiler") or {}).get("chosen"),
@@ -208,11 +233,13 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
             "fa3": (prov.get("defines") or {}).get("SGL_KERNEL_FA3_HDIMS", "all" if label == "v8" else "off"),
             "fa3_units": _fa3_units(files.get(f"{label}/ninja_log.txt")),
             "test_seconds": _test_seconds(files.get(f"{label}/steps.txt")),
+            "wheel_sha256": (files.get(f"{label}/wheels.sha256") or b"").decode().split(" ")[0] or None,
             "fa3_probe": json.loads(files[f"{label}/fa3_probe.json"]) if f"{label}/fa3_probe.json" in files else None,
             "rows": rows,
         }
-    data = {"issue": 42, "recipe": "nightly-cu130-pruned for 9.0a (v6, v7: FA3 off; v8: FA3 for head dims 64 + 256, "
-                                   "bf16; v7u: its unpruned reference, FA3 off)",
+    issues = sorted({ISSUES.get(label, 42) for label in runs})
+    data = {"issue": issues[0] if len(issues) == 1 else issues,
+            "recipe": "; ".join(DESCRIPTIONS[label] for label in runs if label in DESCRIPTIONS) or ISSUE_42,
             "run_conditions": {label: [{"pattern": e.pattern, "outcome": e.outcome, "reason": e.reason,
                                         "evidence": e.evidence} for e in conds]
                                for label, conds in RUN_CONDITIONS.items()},
@@ -241,6 +268,10 @@ def _test_seconds(steps: bytes | None) -> int | None:
     """The test step's wall seconds from a run's steps.txt (`verify rc=0 442 s`, then `test rc=11 776 s`; or, from
     bench/gpu_pair_and_tests.sh, `1010 s: test start`, then `1400 s: test rc=0`)."""
     text = (steps or b"").decode()
+    # bench/gpu_shipped_tests.sh: `12 s: setup`, then `290 s: test rc=0`.
+    shipped = re.findall(r"^(\d+) s: (setup|test rc=\d+)$", text, re.M)
+    if [step.split(" ")[0] for _, step in shipped] == ["setup", "test"]:
+        return int(shipped[1][0]) - int(shipped[0][0])
     started = re.findall(r"^(\d+) s: test start$", text, re.M)
     ended = re.findall(r"^(\d+) s: test rc=\d+$", text, re.M)
     if len(started) == 1 and len(ended) == 1:
@@ -291,13 +322,14 @@ def main() -> None:
     p.add_argument("raw", type=Path)
     p.add_argument("logs", type=Path)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--build", type=Path, help="the raw pack of the build that made the wheel (bench/arch_build.sh)")
     r = sub.add_parser("report")
     r.add_argument("tarballs", type=Path, nargs="+")
     r.add_argument("--out", type=Path, default=ROOT / "bench/results/h200-upstream-tests.json")
     args = parser.parse_args()
     if args.cmd == "pack":
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        pack(args.label, args.raw, args.logs, args.out)
+        pack(args.label, args.raw, args.logs, args.out, args.build)
         return
     data = report(args.tarballs, args.out)
     for label, run in data["runs"].items():

@@ -24,6 +24,12 @@
 #                               which sgl-kernel merely installs into the wheel
 #   .device/mirrors             the tool's own partial mirrors after `build-kernel fetch` (blob-less, the build's
 #                               paths only: ~9 MB), copied into the host's cache so the build runs --offline
+#   .device/h43.toml            nightly-0.4 as shipped (0.4.3 @ 0753182b, 9.0a with its FA3) with the same host lines and
+#                               the no-network test expectation (issue 55: its tests and serve on the GPU host)
+#   .device/mirrors43           the partial mirrors of h43.toml's fetch (its tests included)
+#   .device/wht, wht43          the test wheelhouses: the tool's dependencies, gguf and einops, and the sglang wheel of
+#                               the kernel's commit (6ffc74ef / 0753182b), for `build-kernel test --wheelhouse`
+#   .device/wh43                issue 55's serve wheelhouse: wh with 0753182b's pins (flashinfer, tvm-ffi), no sglang
 #   .device/wh                  wheels for Python 3.12: the tool's dependencies, what sglang's server and
 #                               bench_serving import beyond the host's packages, and the sglang wheel of the
 #                               kernel's commit (built by the serve stage's own sglang_dist.build)
@@ -137,13 +143,15 @@ SGL_KERNEL_FA3 = "OFF"
 $FA
 EOF
 
-# The triton_kernels stand-in, tagged v3.5.1 (fixed dates: the same commit every time).
+# The triton_kernels stand-in, tagged v3.5.1 (0.3.21's pin) and v3.6.0 (0.4.3's); fixed dates: the same commit every
+# time.
 rm -rf "$D/triton-src" && mkdir -p "$D/triton-src/python/triton_kernels/triton_kernels"
 echo "# Stand-in for triton v3.5.1's python/triton_kernels: sgl-kernel only installs this folder." \
   > "$D/triton-src/python/triton_kernels/triton_kernels/__init__.py"
 ( cd "$D/triton-src" && git init -q && git add -A \
   && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z \
-     git -c user.name=standin -c user.email=standin@localhost commit -qm "triton_kernels stand-in" && git tag v3.5.1 )
+     git -c user.name=standin -c user.email=standin@localhost commit -qm "triton_kernels stand-in" \
+  && git tag v3.5.1 && git tag v3.6.0 )
 
 # The partial mirrors: the tool's own fetch against the snapshots, into a scratch cache.
 export MIRRORS TRITON=$D/triton-src
@@ -166,7 +174,8 @@ LIST=${WHEEL_LIST:-$REPO/../shared/data/sglang-0.5.9-offline-wheels-h200.txt}
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
   -d "$D/wh" -r "$C/wheels.txt"
 # sglang of the kernel's commit (python/ of the same snapshot), as the serve stage builds it.
-"$PY" - "$D/h9.toml" "$C" "$D/wh" <<'PY'
+sglang_wheel() {  # $1: a recipe, $2: where the wheel goes
+  "$PY" - "$1" "$C" "$2" <<'PY'
 import os, shutil, sys
 from pathlib import Path
 from build_kernel import recipe
@@ -177,5 +186,51 @@ wheel = sglang_dist.build(plan, sys.executable, dict(os.environ), log_path=Path(
 shutil.copy2(wheel, sys.argv[3])
 print(wheel.name)
 PY
+}
+sglang_wheel "$D/h9.toml" "$D/wh"
+
+# Issue 55: nightly-0.4 (0.4.3 @ 0753182b) on the GPU host, as shipped (9.0a with its FA3), host lines only.
+cat > "$D/h43.toml" <<TOML
+# Issue 55 on the GPU host: nightly-0.4 as shipped (series v9) with only the host's lines.
+extends = "nightly-0.4"
+description = "issue 55: nightly-0.4 as shipped on the GPU host (host lines only)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+# The host has no network: the one test file that downloads at import cannot be collected there.
+[test.expect."test_gguf.py"]
+outcome = "uncollectable"
+reason = "it downloads its sample from the Hugging Face hub at import; the GPU host has no network"
+evidence = "LocalEntryNotFoundError / ConnectError 'Temporary failure in name resolution' at collection (H200, 2026-12-03, at 6ffc74ef)"
+
+$FA
+TOML
+C43=$(mktemp -d)
+"$PY" -m build_kernel --cache-dir "$C43" fetch --recipe "$D/h43.toml" > /dev/null
+rm -rf "$D/mirrors43" && mkdir -p "$D/mirrors43" && cp -r "$C43"/mirrors/*.git "$D/mirrors43/"
+rm -rf "$C43"
+
+# The test wheelhouses (`build-kernel test --wheelhouse`): only what the host lacks for the tests, so that a wheel
+# fits beside them in one carry: the tool's dependencies, the [test] requires the host lacks (gguf, einops), and
+# the sglang of each commit.
+for w in wht wht43; do
+  rm -rf "${D:?}/$w" && mkdir -p "$D/$w"
+  cp "$D"/wh/[Gg]it[Pp]ython*.whl "$D"/wh/gitdb*.whl "$D"/wh/smmap*.whl "$D"/wh/unidiff*.whl "$D"/wh/pyelftools*.whl \
+     "$D"/wh/gguf*.whl "$D/$w/"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$D/$w" einops
+done
+cp "$D"/wh/sglang-*.whl "$D/wht/"
+sglang_wheel "$D/h43.toml" "$D/wht43"
+
+# Issue 55's serve wheelhouse: wh's wheels with 0753182b's own pins where they differ (flashinfer-python
+# 0.6.11.post1, apache-tvm-ffi 0.1.9), what they add that the host lacks (cuda-tile, easydict), and no sglang
+# (wht43 holds 0753182b's): ~40 MB, carried by a call of its own (the tests' carry is full).
+rm -rf "$D/wh43" && mkdir -p "$D/wh43"
+cp $(ls "$D"/wh/*.whl | grep -v -E '/(sglang|flashinfer_python|apache_tvm_ffi)-') "$D/wh43/"
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d "$D/wh43" flashinfer-python==0.6.11.post1 apache-tvm-ffi==0.1.9 cuda-tile easydict
 rm -rf "$C"
 du -sh "$D"
