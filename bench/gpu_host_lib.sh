@@ -19,14 +19,14 @@ run_from_copy() {  # $1: the copy's folder, $2: the script, relative to the repo
   exec env BK_RUN_COPY=1 bash "$1/$2"
 }
 
-tool_setup() {  # $1: the log, $2: the carried wheels (.device/wh). The tool's own dependencies; the carried mirrors
-  # as the cache's (fetch runs --offline)
-  local wh=${2:-.device/wh}
+tool_setup() {  # $1: the log, $2: the carried wheels (.device/wh), $3: the carried mirrors (.device/mirrors). The
+  # tool's own dependencies; the carried mirrors as the cache's (fetch runs --offline)
+  local wh=${2:-.device/wh} mirrors=${3:-.device/mirrors}
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/bk-site \
     "$wh"/[Gg]it[Pp]ython*.whl "$wh"/gitdb*.whl "$wh"/smmap*.whl "$wh"/unidiff*.whl "$wh"/pyelftools*.whl > "$1" 2>&1
   export PYTHONPATH=$REPO:/tmp/bk-site
   mkdir -p "$BUILD_KERNEL_CACHE_DIR" && rm -rf "$BUILD_KERNEL_CACHE_DIR/mirrors" \
-    && cp -r .device/mirrors "$BUILD_KERNEL_CACHE_DIR/mirrors"
+    && cp -r "$mirrors" "$BUILD_KERNEL_CACHE_DIR/mirrors"
 }
 
 serve_env() {  # $1: the log. /tmp/sgenv: the serve stage's own environment.create over the host's torch, with the

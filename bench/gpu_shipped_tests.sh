@@ -10,7 +10,8 @@
 # FILE_TIMEOUT_S: seconds a file may run (420); TEST_TIMEOUT_S: the whole test step's limit (480).
 # Another carried wheel and recipe (issue 56: v11's 9.0a wheel; issue 55: 0.4.3's, with .device/wht43 holding
 # sglang of 0753182b): WHEEL_DIR (.device/test-wheel), TEST_RECIPE (.device/h9s.toml), WHEELHOUSE (.device/wht),
-# LABEL (st: the pack's name).
+# LABEL (st: the pack's name), MIRRORS_DIR (.device/mirrors: the commit's partial mirrors), BUILD_KERNEL_CACHE_DIR
+# (/tmp/bkc; another commit's run beside this one keeps its own).
 # Raw output: $OUT/<LABEL>-raw.tar.gz (host, the wheel's digest, test.json/.err, the tests' logs, steps, the host's
 # pip freeze).
 set -u
@@ -24,7 +25,7 @@ R=/tmp/$LABEL-raw
 rm -rf $R; mkdir -p $R "$OUT"
 # shellcheck source=bench/gpu_host_lib.sh
 source bench/gpu_host_lib.sh
-export BUILD_KERNEL_CACHE_DIR=/tmp/bkc
+export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc}
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; }
 pack() { tar -czf "$OUT/$LABEL-raw.tar.gz" -C $R .; }
@@ -34,7 +35,7 @@ host_record $R/host.txt
 python3 -m pip freeze > $R/host-freeze.txt 2>&1
 WHEEL=$(ls "$WHEEL_DIR"/*.whl | head -1)
 sha256sum "$WHEEL" > $R/wheels.sha256
-tool_setup $R/bk-site.log "$WHEELHOUSE"
+tool_setup $R/bk-site.log "$WHEELHOUSE" "${MIRRORS_DIR:-.device/mirrors}"
 MIRRORS=/nonexistent TRITON=$REPO/.device/triton-src source .device/gitenv.sh
 step "setup"
 set -f  # TEST_ARGS's globs are the tool's (--file), not the shell's

@@ -27,7 +27,8 @@
 #   .device/h43.toml            nightly-0.4 as shipped (0.4.3 @ 0753182b, 9.0a with its FA3) with the same host lines and
 #                               the no-network test expectation (issue 55: its tests and serve on the GPU host)
 #   .device/mirrors43           the partial mirrors of h43.toml's fetch (its tests included)
-#   .device/wht, wht43          the test wheelhouses: the tool's dependencies, gguf and einops, and the sglang wheel of
+#   .device/wht, wht43          the test wheelhouses: the tool's dependencies, gguf and einops (wht43: transformers and
+#                               tokenizers at 0753182b's pins too), and the sglang wheel of
 #                               the kernel's commit (6ffc74ef / 0753182b), for `build-kernel test --wheelhouse`
 #   .device/wh43                issue 55's serve wheelhouse: wh with 0753182b's pins (flashinfer, tvm-ffi), no sglang
 #   .device/wh                  wheels for Python 3.12: the tool's dependencies, what sglang's server and
@@ -222,6 +223,11 @@ for w in wht wht43; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$D/$w" einops
 done
 cp "$D"/wh/sglang-*.whl "$D/wht/"
+# nightly-0.4's [test] requires beyond the host's: sglang 0753182b's transformers pin (the host's 5.17.0 already
+# registers the qwen3_asr config that sglang registers too: ValueError at `import sglang.srt.server_args`) and the
+# tokenizers that transformers 5.8.1 accepts (<=0.23.0; the host has 0.23.2).
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$D/wht43" transformers==5.8.1 tokenizers==0.22.2
 sglang_wheel "$D/h43.toml" "$D/wht43"
 
 # Issue 55's serve wheelhouse: wh's wheels with 0753182b's own pins where they differ (flashinfer-python
