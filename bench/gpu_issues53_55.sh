@@ -103,9 +103,11 @@ SHIPPED=(--recipe .device/h9s.toml --arch 9.0a)
 ( wait_in || { echo "shipped build: no second carry" >> $R/side.txt; exit 1; }
   export BUILD_KERNEL_CACHE_DIR=/tmp/bkc BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw
   mkdir -p /tmp/bkc && rm -rf /tmp/bkc/mirrors && cp -r $IND/mirrors /tmp/bkc/mirrors
-  python3 -m build_kernel --offline --json build "${SHIPPED[@]}" > $R/st-build.json 2> $R/st-build.err
+  mkdir -p $R/st  # build.json and verify.json, as bench/h200_upstream_tests.py pack --build reads them
+  python3 -m build_kernel --offline --json build "${SHIPPED[@]}" > $R/st/build.json 2> $R/st/build.err
   echo "shipped build rc=$?" >> $R/side.txt
-  python3 -m build_kernel --offline --json verify "${SHIPPED[@]}" > $R/st-verify.json 2> $R/st-verify.err
+  cp "$(ls -t /tmp/bkc/build/*/cmake/.ninja_log 2>/dev/null | head -1)" $R/st/ninja_log.txt 2>/dev/null
+  python3 -m build_kernel --offline --json verify "${SHIPPED[@]}" > $R/st/verify.json 2> $R/st/verify.err
   echo "shipped verify rc=$?" >> $R/side.txt
   mkdir -p /tmp/st-wheel && cp "$(ls -t /tmp/bkw/*.whl | head -1)" /tmp/st-wheel/ ) &
 SHIPPED_PID=$!
