@@ -238,5 +238,34 @@ cp $(ls "$D"/wh/*.whl | grep -v -E '/(sglang|flashinfer_python|apache_tvm_ffi)-'
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d "$D/wh43" flashinfer-python==0.6.11.post1 apache-tvm-ffi==0.1.9 cuda-tile easydict
+
+# The tests' environment on the host: no index, so sglang comes --no-deps (resolve = false) and every distribution
+# the carried wheelhouses hold beyond the tool's own is named in [test] requires, beside the recipe's own. Fewer
+# is not safe: the 2026-12-06 runs named only what a local copy of the host's packages lacked, and on the host
+# sglang's import then missed pybase64 and flashinfer (6ffc74ef) or pydantic (0753182b). The host's own
+# `pip freeze` is in every gpu_shipped_tests.sh pack (host-freeze.txt).
+test_requires() {  # $1: the overlay, $2: the recipe it extends, $3...: the wheelhouses its tests install from
+  "$PY" - "$@" <<'PY'
+import sys
+from pathlib import Path
+from build_kernel.recipe import load
+overlay, recipe, houses = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+tool = {"gitpython", "gitdb", "smmap", "unidiff", "pyelftools", "sglang"}
+reqs = {r.split("==")[0].split(">")[0].split("<")[0].strip().lower().replace("_", "-"): r
+        for r in load(recipe).test.requires}
+for house in houses:
+    for whl in sorted(Path(house).glob("*.whl")):
+        name, version = whl.name.split("-")[:2]
+        key = name.lower().replace("_", "-")
+        if key not in tool and key not in reqs:
+            reqs[key] = f"{key}=={version}"
+with overlay.open("a") as fh:
+    fh.write("\n# No index on the host: sglang --no-deps, and what the carried wheelhouses hold beyond the tool's own.\n"
+             "[test]\nresolve = false\nrequires = [" + ", ".join(f'"{r}"' for r in reqs.values()) + "]\n")
+print(overlay.name, len(reqs), "requires")
+PY
+}
+test_requires "$D/h9s.toml" nightly-cu130 "$D/wh"
+test_requires "$D/h43.toml" nightly-0.4 "$D/wh43" "$D/wht43"
 rm -rf "$C"
 du -sh "$D"
