@@ -70,6 +70,20 @@ def test_the_recipes_pytest_args_select_a_subset(tmp_path: Path) -> None:
     assert "1 deselected" in Path(done.log).read_text()
 
 
+def test_a_conftest_that_cannot_import_makes_its_files_uncollectable_naming_the_module(tmp_path: Path) -> None:
+    # upstream's conftest.py imports sglang; where the test environment lacks one of sglang's dependencies, pytest
+    # exits 4 (not 2) before collecting anything: each file is uncollectable, the missing module named.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/conftest.py").write_text("import not_a_module_of_conftest\n")
+    (tmp_path / "tests/test_pass.py").write_text(FILES["tests/test_pass.py"])
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    [done] = runner.run_all(sys.executable, ["tests/test_pass.py"], tmp_path, tmp_path / "out", env, timeout_s=60,
+                            parallel=1)
+    assert (done.status, done.exit_code, done.missing_module) == ("uncollectable", 4, "not_a_module_of_conftest")
+    judged = verdict.judge(done, [])
+    assert judged.red and judged.line == "UNCOLLECTABLE (no module not_a_module_of_conftest)"
+
+
 def test_each_file_outcome_is_told_apart(results: dict[str, runner.FileResult]) -> None:
     ok = results["tests/test_pass.py"]
     assert (ok.status, ok.passed, ok.failed, ok.exit_code) == ("passed", 2, [], 0)

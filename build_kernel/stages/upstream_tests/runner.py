@@ -22,6 +22,10 @@ from build_kernel.errors import TestError
 
 # pytest's exit codes (pytest.ExitCode): 2 interrupted (collection errors), 5 no tests collected.
 _COLLECTION, _NO_TESTS = 2, 5
+# pytest exits 4 (a usage error) when a conftest.py cannot be imported: no file under it is collected either
+# (H100, 2026-12-06: sglang's import in upstream's conftest.py, a dependency missing from the test environment).
+_USAGE = 4
+_CONFTEST = re.compile(r"^ImportError while loading conftest", re.M)
 _MISSING = re.compile(r"No module named '([^']+)'")
 _VERBOSE = re.compile(r"^(\S+::\S+)(?: (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b)?")
 
@@ -131,7 +135,8 @@ def run_file(python: str, file: str, cwd: Path, out: Path, env: Mapping[str, str
         _from_log(text, result)
     if result.status not in ("timeout", "crashed"):
         result.last_test = None
-        if code == _COLLECTION and not result.passed:  # pytest stops before running anything
+        conftest = code == _USAGE and _CONFTEST.search(text) is not None
+        if (code == _COLLECTION or conftest) and not result.passed:  # pytest stops before running anything
             result.status = "uncollectable"
         elif code == _NO_TESTS:
             result.status = "empty"
