@@ -9,11 +9,12 @@
 # Parts: SHIPPED (issue 53: the build and its tests), PREWARM (the 12.0a prewarm), T43 (0.4.3's tests), SERVE
 # (0.4.3 served), each 1 (default) or 0: one hold or two, as the carries and the 0.4.3 wheel allow. The calls, each
 # made as soon as the one before returns (a machine stays warm 30 s after a call):
-#   1. carry .device/{gitenv.sh,triton-src,h43.toml,wht43} and, for SHIPPED, .device/{h9s.toml,mirrors,wht}, for
-#      T43 and SERVE .device/{mirrors43,test-wheel43}:
+#   1. carry .device/{gitenv.sh,triton-src,h43.toml,wht43} and, for SHIPPED, .device/{h9s.toml,mirrors,wh} (its
+#      tests install from wh: h9s.toml's [test] requires), for T43 and SERVE .device/{mirrors43,test-wheel43}:
 #      SHIPPED=.. PREWARM=.. T43=.. SERVE=.. setsid nohup bash bench/gpu_issues53_55.sh > /tmp/i55.log 2>&1 < /dev/null &
-#   2. carry .device/wh43 (the serve wheelhouse, for PREWARM and SERVE: it and the first carry do not fit one
-#      call's 64 MiB): IN=1 bash bench/gpu_issues53_55.sh; sleep 540; COLLECT=1 bash bench/gpu_issues53_55.sh
+#   2. carry .device/wh43 (the serve wheelhouse, for PREWARM, SERVE and T43's requires: it and the first carry do
+#      not fit one call's 64 MiB), made with nothing in between (a call that finds the machine cold, `warm: false`,
+#      finds nothing of the first): IN=1 bash bench/gpu_issues53_55.sh; sleep 540; COLLECT=1 bash bench/gpu_issues53_55.sh
 #   3. and on, until steps.txt says done: sleep 570; COLLECT=1 bash bench/gpu_issues53_55.sh
 #
 # Steps, each packed as it ends (a machine taken back loses only the step it was in):
@@ -121,7 +122,9 @@ SHIPPED_PID=$!
 
 # 1c. 0.4.3's tests (their own environment: the wheel, sglang of the commit, the [test] requires, offline).
 if [ "$T43" = 1 ]; then
-  OUT=/tmp/t43-out WHEEL_DIR=.device/test-wheel43 TEST_RECIPE=.device/h43.toml WHEELHOUSE=.device/wht43 LABEL=t43 \
+  # h43.toml's [test] requires name the wheels of wht43 and wh43 (make_device_folder.sh): one folder of both.
+  wait_in; rm -rf /tmp/wht43-all && mkdir -p /tmp/wht43-all && cp -n .device/wht43/*.whl $IND/wh43/*.whl /tmp/wht43-all/
+  OUT=/tmp/t43-out WHEEL_DIR=.device/test-wheel43 TEST_RECIPE=.device/h43.toml WHEELHOUSE=/tmp/wht43-all LABEL=t43 \
     MIRRORS_DIR=.device/mirrors43 BUILD_KERNEL_CACHE_DIR=/tmp/bkc43 TEST_ARGS="${TEST_ARGS:---parallel 8}" \
     TEST_TIMEOUT_S=540 bash bench/gpu_shipped_tests.sh > $R/tests43.log 2>&1
   step "tests 0.4.3 rc=$?: $(tail -1 /tmp/t43-raw/steps.txt 2>/dev/null)"
@@ -132,7 +135,7 @@ wait $SHIPPED_PID; step "shipped build: $(grep shipped $R/side.txt | tr '\n' ' '
 if [ "$SHIPPED" = 0 ]; then
   :
 elif [ -n "$(ls /tmp/st-wheel/*.whl 2>/dev/null)" ] && [ "$(left)" -ge 300 ]; then
-  OUT=/tmp/st-out WHEEL_DIR=/tmp/st-wheel WHEELHOUSE=.device/wht MIRRORS_DIR=.device/mirrors BUILD_KERNEL_CACHE_DIR=/tmp/bkc \
+  OUT=/tmp/st-out WHEEL_DIR=/tmp/st-wheel WHEELHOUSE=.device/wh MIRRORS_DIR=.device/mirrors BUILD_KERNEL_CACHE_DIR=/tmp/bkc \
     TEST_ARGS="${TEST_ARGS:---parallel 8}" TEST_TIMEOUT_S=$(( $(left) - 240 )) bash bench/gpu_shipped_tests.sh > $R/tests-st.log 2>&1
   step "tests shipped rc=$?: $(tail -1 /tmp/st-raw/steps.txt 2>/dev/null)"
 else
