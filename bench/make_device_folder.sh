@@ -72,6 +72,14 @@ commit = "f866ec34002250e74c8bbcbcffa0e1ae71300b2d"
 paths = ["csrc/flash_attn", "hopper"]
 EOF
 )
+# The host has no network: the one test file that downloads at import cannot be collected there (h9s, h43).
+NO_NETWORK=$(cat <<'EOF'
+[test.expect."test_gguf.py"]
+outcome = "uncollectable"
+reason = "it downloads its sample from the Hugging Face hub at import; the GPU host has no network"
+evidence = "LocalEntryNotFoundError / ConnectError 'Temporary failure in name resolution' at collection (H200, 2026-12-03, at 6ffc74ef)"
+EOF
+)
 cat > "$D/h9.toml" <<EOF
 # The GPU host (sm_90a, nvcc 13.0, torch 2.11+cu130 at /opt/torch/.venv, no network): host lines only.
 extends = "nightly-cu130-pruned"
@@ -116,11 +124,7 @@ description = "issue 53: nightly-cu130 as shipped on the GPU host (host lines on
 torch = "existing"
 cuda_source = "system"
 
-# The host has no network: the one test file that downloads at import cannot be collected there.
-[test.expect."test_gguf.py"]
-outcome = "uncollectable"
-reason = "it downloads its sample from the Hugging Face hub at import; the GPU host has no network"
-evidence = "LocalEntryNotFoundError / ConnectError 'Temporary failure in name resolution' at collection (H200, 2026-12-03)"
+$NO_NETWORK
 
 $FA
 EOF
@@ -200,11 +204,7 @@ description = "issue 55: nightly-0.4 as shipped on the GPU host (host lines only
 torch = "existing"
 cuda_source = "system"
 
-# The host has no network: the one test file that downloads at import cannot be collected there.
-[test.expect."test_gguf.py"]
-outcome = "uncollectable"
-reason = "it downloads its sample from the Hugging Face hub at import; the GPU host has no network"
-evidence = "LocalEntryNotFoundError / ConnectError 'Temporary failure in name resolution' at collection (H200, 2026-12-03, at 6ffc74ef)"
+$NO_NETWORK
 
 $FA
 TOML
