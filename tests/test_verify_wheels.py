@@ -36,15 +36,15 @@ def nvcc() -> str:
 
 
 def make_wheel(tmp: Path, name: str, lib: Path, *, provenance_torch: str | None = None,
-               dist: str | None = None, version: str = "0.1") -> Path:
-    """A real wheel: package `name` whose import loads `libwork.so` with the dynamic loader
-    (distribution `dist`, default `name`, at `version`)."""
+               dist: str | None = None, version: str = "0.1", loader: str = LOADER) -> Path:
+    """A real wheel: package `name` whose import loads `libwork.so` with the dynamic loader (`loader`: its
+    __init__.py) (distribution `dist`, default `name`, at `version`)."""
     dist = dist or name
     root = tmp / f"{dist}-{version}"
     pkg, info = root / name, root / f"{dist}-{version}.dist-info"
     pkg.mkdir(parents=True)
     info.mkdir()
-    (pkg / "__init__.py").write_text(LOADER)
+    (pkg / "__init__.py").write_text(loader)
     (pkg / "libwork.so").write_bytes(lib.read_bytes())
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n")
@@ -186,3 +186,54 @@ def test_fp4_counts_are_kept_by_content(tmp_path: Path) -> None:
     # Other patterns are other counts: nothing kept applies.
     other = cubins.fp4_scan(plain, "sm_120a", ("OMMA",), tool, env, tmp_path / "w4", 2, counts_dir=kept)
     assert other.kept == 0
+
+
+@pytest.mark.slow
+def test_a_library_calling_code_the_build_left_out_fails_statically_and_names_the_symbol(tmp_path: Path) -> None:
+    """As the 9.0a 0.4.3 wheel of 2026-12-06: host dispatch compiled in, the kernel it calls left out. The library
+    links (an extension may leave symbols undefined) and its package may swallow the ImportError; the loader's own
+    binding (ldd -r) finds it, with or without an import. The same source with the kernel compiled in passes."""
+    dispatch = (KERNEL + "namespace sm100 { void run_kernel(int heads); }\n"
+                "extern \"C\" void dispatch(int major) { if (major == 10) sm100::run_kernel(64); }\n")
+    (tmp_path / "dispatch.cu").write_text(dispatch)
+    (tmp_path / "kernel.cu").write_text("namespace sm100 { void run_kernel(int heads) { (void)heads; } }\n")
+    gencode = "-gencode=arch=compute_120a,code=sm_120a"
+    partial, whole = tmp_path / "libpartial.so", tmp_path / "libwhole.so"
+    for out, sources in ((partial, ["dispatch.cu"]), (whole, ["dispatch.cu", "kernel.cu"])):
+        subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", gencode, "-o", str(out),
+                        *(str(tmp_path / s) for s in sources)], check=True, capture_output=True)
+    # The package swallows its library's ImportError, as sgl_kernel's flash_mla.py does: the import check passes.
+    swallowing = "try:\n    import ctypes, pathlib\n    ctypes.CDLL(str(pathlib.Path(__file__).parent / 'libwork.so'))\n" \
+                 "except OSError:\n    pass\n"
+    wheel = make_wheel(tmp_path / "p", "partial", partial, loader=swallowing)
+    want = ("partial/libwork.so: 1 symbol(s) that no library it loads defines, e.g. sm100::run_kernel(int): its import "
+            "fails with 'undefined symbol' (the build left out the code that defines them while a caller stayed: "
+            "rebuild with those sources; `nm -D --undefined-only libwork.so` lists them)")
+    for static in (True, False):
+        report = checks.verify(wheel, Verify(import_modules=("partial",)), ARCH, env=os.environ, static=static)
+        assert report.failures == [want], (static, report.failures)
+        assert report.links == {"partial/libwork.so": {"undefined": ["_ZN5sm10010run_kernelEi"]}}
+    assert report.imports == {"partial": "ok"}  # what the import alone would have said
+    good = checks.verify(make_wheel(tmp_path / "w", "whole", whole), Verify(import_modules=("whole",)), ARCH,
+                         env=os.environ)
+    assert good.passed and good.links == {} and good.checks["links"], good.failures
+
+
+@pytest.mark.slow
+def test_a_library_needing_what_this_host_lacks_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    # A real libextra.so.7 to link against, left out of the wheel and of the host: its symbols cannot be judged here.
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    (stub_dir / "extra.c").write_text("int extra_version(void) { return 7; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libextra.so.7", "-o", str(stub_dir / "libextra.so.7"),
+                    str(stub_dir / "extra.c")], check=True)
+    (tmp_path / "uses.cu").write_text(KERNEL + 'extern "C" int extra_version(void);\n'
+                                      'extern "C" int version() { return extra_version(); }\n')
+    lib = tmp_path / "libuses.so"
+    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
+                    str(tmp_path / "uses.cu"), f"-L{stub_dir}", "-l:libextra.so.7"], check=True, capture_output=True)
+    report = checks.verify(make_wheel(tmp_path, "usesextra", lib), Verify(), ARCH, env=os.environ, static=True)
+    assert report.passed, report.failures
+    assert report.links == {"usesextra/libwork.so": {"undefined": ["extra_version"], "not_found": ["libextra.so.7"]}}
+    assert ("usesextra/libwork.so: its symbols were not checked here: it needs libextra.so.7, which this host does "
+            "not have") in report.warnings

@@ -23,7 +23,7 @@ from build_kernel import driver_stub, import_probe, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
-from build_kernel.stages.verify import cubins, diagnose
+from build_kernel.stages.verify import cubins, diagnose, links
 from build_kernel.stages.verify.report import (
     LibraryReport,
     Report,
@@ -52,11 +52,12 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
     `counts_dir`: where each cubin's FP4 opcode counts are kept by its content (cubins.fp4_scan).
     """
     digest = checks_digest({"spec": spec, "archs": [a.sm for a in archs], "gpu_check": gpu_check or spec.gpu_check,
-                            "python": python, "static": static, "want_cuda": want_cuda})
+                            "python": python, "static": static, "want_cuda": want_cuda, "links": 1})
     if reuse and (recorded := reusable(wheel, digest)) is not None:
         return recorded
     report = Report(wheel.name, sha256_of(wheel), [a.sm for a in archs], checks_digest=digest, stat=file_stat(wheel),
-                    checks={"archs": True, "ptx": True, "fp4_sass": bool(spec.fp4_sass), "import": not static,
+                    checks={"archs": True, "ptx": True, "fp4_sass": bool(spec.fp4_sass), "links": True,
+                            "import": not static,
                             "ops": not static and bool(spec.ops), "gpu": not static and bool(gpu_check or spec.gpu_check)})
     tool = cubins.cuobjdump(env)
     with tempfile.TemporaryDirectory(prefix="bk-verify-") as tmp_str:
@@ -67,8 +68,11 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         _cuda_linked(report, libs, want_cuda)
         _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
+        stub_dir, report.driver = driver_stub.provide(libs, tmp / "driver", cuda_home, env=env)
+        torch_only = _links(report, site, libs, python, env, stub_dir, static)
         if not static:
-            _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, cuda_home, libs, env)
+            _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, stub_dir, env)
+            _other_torch(report, wheel, torch_only, python, env)
     write_record(wheel, report)
     return report
 
@@ -213,9 +217,59 @@ def _wheel_torch(wheel: Path) -> str | None:
     return m.group(1) if m else None
 
 
+def _links(report: Report, site: Path, libs: list[Path], python: str, env: Mapping[str, str], stub_dir: Path | None,
+           static: bool) -> dict[str, list[str]]:
+    """Every library's symbols bound as its import binds them (links.check), with torch's libraries and the driver
+    (or its stub) where the loader finds them. Returns the libraries whose only unbound symbols are torch's (another
+    torch's build): a static verify warns; otherwise the import check says it, or _other_torch does."""
+    torch_only: dict[str, list[str]] = {}
+    path = [*links.torch_libs(python, env), *([stub_dir] if stub_dir else [])]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        found = list(pool.map(lambda so: links.check(so, path, env), libs))
+    for so, got in zip(libs, found, strict=True):
+        if got.clean:
+            continue
+        rel = str(so.relative_to(site))
+        report.links[rel] = got.to_dict()
+        if got.versions:
+            report.warnings.append(f"{rel} needs {', '.join(got.versions)}, newer than this host has: it will not "
+                                   "load here (build on the oldest host that must run it)")
+        elif got.not_found:
+            report.warnings.append(f"{rel}: its symbols were not checked here: it needs {', '.join(got.not_found)}, "
+                                   "which this host does not have")
+        elif got.undefined:
+            own = [s for s in got.undefined if not diagnose.torch_symbol(s)]
+            if not own:
+                torch_only[rel] = list(got.undefined)
+                if static:  # a static verify may meet another torch than the wheel's
+                    report.warnings.append(f"{rel}: {len(got.undefined)} torch symbol(s) this torch does not define, "
+                                           f"e.g. {diagnose.demangle(min(got.undefined, key=len))}: built against "
+                                           "another torch?")
+                continue
+            report.failures.append(
+                f"{rel}: {len(got.undefined)} symbol(s) that no library it loads defines, e.g. "
+                f"{diagnose.demangle(min(own, key=len))}: its import fails with 'undefined symbol' (the build left out "
+                "the code that defines them while a caller stayed: rebuild with those sources; `nm -D "
+                f"--undefined-only {Path(rel).name}` lists them)")
+    return torch_only
+
+
+def _other_torch(report: Report, wheel: Path, torch_only: dict[str, list[str]], python: str,
+                 env: Mapping[str, str]) -> None:
+    """A library built against another torch that no import of the check loaded: the import's own line for it."""
+    said = " ".join(report.import_details.values())
+    unsaid = {rel: symbols for rel, symbols in torch_only.items() if not any(s in said for s in symbols)}
+    if not unsaid:
+        return
+    facts = toolchain.detect(python, env)
+    stack = diagnose.Stack(facts.torch_version, facts.torch_cuda)
+    for rel, symbols in unsaid.items():
+        cause = diagnose.explain(f"undefined symbol: {min(symbols, key=len)}", stack, wheel_torch=_wheel_torch(wheel))
+        report.failures.append(f"{rel} does not load: {cause}")
+
+
 def _import_check(report: Report, wheel: Path, site: Path, spec: Verify, archs: tuple[Arch, ...], python: str,
-                  gpu_check: str, tmp: Path, cuda_home: str | None, libs: list[Path], env: Mapping[str, str]) -> None:
-    stub_dir, report.driver = driver_stub.provide(libs, tmp / "driver", cuda_home, env=env)
+                  gpu_check: str, tmp: Path, stub_dir: Path | None, env: Mapping[str, str]) -> None:
     probe = import_probe.run(
         python, spec.import_modules, path=[site, _TOOL_ROOT], base_env=env, cwd=tmp, error=VerifyError,
         what="the import check", namespace=spec.op_namespace, ops=spec.ops, gpu_check=gpu_check or spec.gpu_check,

@@ -89,6 +89,11 @@ def cuda_majors(libs: Iterable[Path]) -> dict[str, str]:
     return found
 
 
+def torch_symbol(symbol: str) -> bool:
+    """A mangled name of torch's own namespaces (c10, at, torch, caffe2)."""
+    return bool(_TORCH_SYMBOL.search(symbol))
+
+
 def demangle(symbol: str) -> str:
     out = process.probe(["c++filt", symbol], merge=False)
     return out.strip() if out and out.strip() else symbol
@@ -103,7 +108,7 @@ def explain(error: str, stack: Stack, *, wheel_torch: str | None = None, fix: st
             return f"built for CUDA {major} (needs {soname}); {stack.describe()}: {fix}"
         return f"needs {soname}, which is not installed here (install it, or {fix})"
     undefined = _UNDEFINED.search(error)
-    if undefined and _TORCH_SYMBOL.search(undefined.group(1)):
+    if undefined and torch_symbol(undefined.group(1)):
         built = f"torch {wheel_torch}" if wheel_torch else "another torch"
         here = f"torch {stack.torch}" if stack.torch else "no torch"
         return (f"built against {built}, this stack has {here} (undefined symbol {demangle(undefined.group(1))}): "

@@ -52,10 +52,12 @@ class Report:
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checks_digest: str = ""
-    # Which checks ran: static (archs, PTX, FP4 SASS) always; import, ops and GPU unless --static.
+    # Which checks ran: static (archs, PTX, FP4 SASS, links) always; import, ops and GPU unless --static.
     checks: dict[str, bool] = field(default_factory=dict)
     # The loader's whole message per failed import (the failure line has the one-line cause).
     import_details: dict[str, str] = field(default_factory=dict)
+    # What the loader could not bind per library (links.Links.to_dict): undefined symbols, sonames, versions.
+    links: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # CUDA libraries the wheel links, soname -> CUDA major (libnvrtc.so.12 -> 12).
     cuda_linked: dict[str, str] = field(default_factory=dict)
     # Size and mtime of the bytes verified: an unchanged file is not hashed again to reuse the record.
