@@ -9,12 +9,20 @@ in its interpreter) for 12.0a into a fresh tvm-ffi cache, verified each module w
 
     python bench/jit_prewarm_nvfp4.py bench/raw/local-2c-2026-12-02/jit-prewarm-nvfp4-raw.json \\
         [--out bench/results/jit-prewarm-nvfp4-sm120a.json]
+
+`--tool`: the raw is a device run's pack instead (bench/gpu_issues53_55.sh's i55-raw.tar.gz: `build-kernel --json
+jit-prewarm` as a user runs it, its log, the host, the serve environment's packages), issue 55 item 4 on the GPU host:
+
+    python bench/jit_prewarm_nvfp4.py --tool bench/raw/h100-2026-12-06b/i55-raw.tar.gz \\
+        --out bench/results/jit-prewarm-nvfp4-sm120a-h100.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +48,42 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             "reload_rebuilt_any": any(m["reload_rebuilt"] for m in modules)}
 
 
+def _member(tar: tarfile.TarFile, name: str) -> str:
+    m = next((m for m in tar.getmembers() if m.name.lstrip("./") == name), None)
+    f = tar.extractfile(m) if m else None
+    return f.read().decode(errors="replace") if f else ""
+
+
+def summarise_tool(pack: Path) -> dict[str, Any]:
+    """The tool's own prewarm on a host: per module its compile seconds and size (prewarm.json), the cubins and
+    SASS counts its verify read, and the host's GPU, nvcc and sglang."""
+    with tarfile.open(pack) as tar:
+        out, host, packages = (_member(tar, n) for n in ("prewarm.json", "host.txt", "sgenv-list.txt"))
+    data = json.loads(out)
+    verified = {m["name"]: m for m in data["verify"]["modules"]}
+    lines = host.splitlines()
+    sglang = re.search(r"^sglang\s+(\S+)", packages, re.M)
+    modules = [{"module": m["name"], "builder": m["builder"], "compile_s": m["seconds"],
+                "so_mb": round(m["size"] / 1e6, 2), "cubins": verified[m["name"]]["cubins"],
+                "sass": verified[m["name"]]["sass"]} for m in data["modules"]]
+    return {"what": "sglang NVFP4 JIT modules prewarmed by `build-kernel jit-prewarm` on the GPU host and verified "
+                    "by their SASS", "arch": sorted({i["arch"] for i in data["items"]}),
+            "entry": sorted({i["entry"] for i in data["items"]}), "host": {"gpu": lines[1] if len(lines) > 1 else "",
+            "cpus": lines[2] if len(lines) > 2 else "", "nvcc": next((ln for ln in lines if "cuda_" in ln), "")},
+            "sglang": sglang.group(1) if sglang else None, "modules": modules,
+            "all_verified": bool(data["verify"]["passed"]), "verify_failures": data["verify"]["failures"],
+            "compile_s_total": round(sum(m["compile_s"] for m in modules), 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw", type=Path)
+    ap.add_argument("--tool", action="store_true", help="RAW is a device run's pack of `build-kernel jit-prewarm`")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "jit-prewarm-nvfp4-sm120a.json")
     args = ap.parse_args()
     raw = args.raw.resolve()
     result = {"raw": raw.relative_to(ROOT).as_posix() if raw.is_relative_to(ROOT) else raw.as_posix(),
-              **summarise(json.loads(raw.read_text()))}
+              **(summarise_tool(raw) if args.tool else summarise(json.loads(raw.read_text())))}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({m["module"]: (m["compile_s"], m["sass"]) for m in result["modules"]}, indent=1))
 

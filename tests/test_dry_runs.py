@@ -65,7 +65,7 @@ def test_pipeline_dry_run_prints_the_resolved_plan_and_touches_nothing(sandbox: 
     assert code == 0, out
     # The plan, as `plan` prints it, before the stage table.
     assert "0753182b" in out and "12.0a: loads sgl_kernel/sm100/common_ops*" in out and "torch" in out
-    assert "sm120/v9" in out
+    assert "sm120/v12" in out
     assert "planned" in out
     # The answer first: the archs before the stage table, where values came from only on request.
     assert out.index("archs") < out.index("planned") and "TORCH_CUDA_ARCH_LIST=" not in out

@@ -370,14 +370,14 @@ def test_an_overlay_anywhere_finds_the_series_of_the_recipe_it_extends(tmp_path:
     overlay.parent.mkdir()
     overlay.write_text(f'extends = "{REPO_ROOT}/recipes/nightly-0.4.toml"\n[toolchain]\ntorch = "existing"\n')
     r = recipe.load(str(overlay))
-    assert r.series_dir == REPO_ROOT / "patches" / "sm120" / "v9" and (r.series_dir / "series").is_file()
+    assert r.series_dir == REPO_ROOT / "patches" / "sm120" / "v12" and (r.series_dir / "series").is_file()
     # A series version of the overlay's own project wins where it has one.
     own = tmp_path / "site"
-    write_series(own, "sm120", "v9", {"0001-x.patch": "--- a/x\n+++ b/x\n"})
+    write_series(own, "sm120", "v12", {"0001-x.patch": "--- a/x\n+++ b/x\n"})
     (own / "recipes").mkdir()
     mine = own / "recipes" / "ours.toml"
     mine.write_text(overlay.read_text())
-    assert recipe.load(str(mine)).series_dir == own / "patches" / "sm120" / "v9"
+    assert recipe.load(str(mine)).series_dir == own / "patches" / "sm120" / "v12"
 
 
 def test_relative_cache_and_output_dirs_become_absolute(root: Path, tmp_path: Path,
