@@ -231,13 +231,17 @@ cp "$D"/wh/sglang-*.whl "$D/wht/"
 sglang_wheel "$D/h43.toml" "$D/wht43"
 
 # Issue 55's serve wheelhouse: wh's wheels with 0753182b's own pins where they differ (flashinfer-python
-# 0.6.11.post1, apache-tvm-ffi 0.1.9), what they add that the host lacks (cuda-tile, easydict), and no sglang
-# (wht43 holds 0753182b's): ~40 MB, carried by a call of its own (the tests' carry is full).
+# 0.6.11.post1, apache-tvm-ffi 0.1.9; not xgrammar 0.2.0, whose 45 MB wheel does not fit the carry: wh's 0.1.27
+# imports, enough for a serve without grammar-constrained requests), what they add that the host lacks (cuda-tile, easydict;
+# soundfile 0.13.1 with cffi and pycparser: 0753182b's http_server imports its OpenAI transcription endpoint, which
+# imports soundfile, and the H100 hold of 2026-12-06 stopped there), and no sglang (wht43 holds 0753182b's): ~42 MB,
+# carried by a call of its own (the tests' carry is full).
 rm -rf "$D/wh43" && mkdir -p "$D/wh43"
 cp $(ls "$D"/wh/*.whl | grep -v -E '/(sglang|flashinfer_python|apache_tvm_ffi)-') "$D/wh43/"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 -d "$D/wh43" flashinfer-python==0.6.11.post1 apache-tvm-ffi==0.1.9 cuda-tile easydict
+  --platform manylinux2014_x86_64 -d "$D/wh43" flashinfer-python==0.6.11.post1 apache-tvm-ffi==0.1.9 cuda-tile easydict \
+  soundfile==0.13.1 cffi==2.1.1 pycparser
 
 # The tests' environment on the host: no index, so sglang comes --no-deps (resolve = false) and every distribution
 # the carried wheelhouses hold beyond the tool's own is named in [test] requires, beside the recipe's own. Fewer
