@@ -8,9 +8,10 @@
 #
 # Parts, each 1 (default) or 0: SHIPPED (issue 53's build and tests), B43 (0.4.3's build here; a wheel carried in
 # .device/test-wheel43 is used instead where there is one), T43 (0.4.3's tests), SERVE (0.4.3 served), PREWARM (the
-# 12.0a prewarm). The carries do not fit one call's 64 MiB: three calls, each made as soon as the one before returns
+# 12.0a prewarm); and, 0 by default, PAIR12 (12.0a built from h43.toml and from h43u.toml, the unpruned reference,
+# each cold and alone, last) and U9 (the reference for 9.0a), each only while DEADLINE_S leaves it time. The carries do not fit one call's 64 MiB: three calls, each made as soon as the one before returns
 # (a machine stays warm 30 s after a call; one that answers `warm: false` has lost the run):
-#   1. carry .device/{gitenv.sh,triton-src,h9s.toml,h43.toml,mirrors,mirrors43,wht43}:
+#   1. carry .device/{gitenv.sh,triton-src,h9s.toml,h43.toml,h43u.toml,mirrors,mirrors43,wht43} (and test-wheel43):
 #      setsid nohup bash bench/gpu_issues53_55.sh > /tmp/i55.log 2>&1 < /dev/null & sleep 15; cat /tmp/i55.log
 #   2. carry .device/wh (the shipped tests' wheelhouse: h9s.toml's [test] requires):  IN=wh bash bench/gpu_issues53_55.sh
 #   3. carry .device/wh43 (0.4.3's serve wheelhouse; with wht43 its tests'):          IN=wh43 bash bench/gpu_issues53_55.sh
@@ -23,9 +24,10 @@
 #     environment (the serve stage's own environment.create over the host's torch, the carried wheels --no-deps);
 #  3. 0.4.3's tests, with `build-kernel jit-prewarm --arch 12.0a` beside them and the serve (nvcc compiles sm_120a;
 #     verify reads the SASS);
-#  4. the tiny MoE in bf16 from the 0.4.3 wheel through `build-kernel serve --bench` (bench/gpu_h200_moe_serve.sh).
+#  4. the tiny MoE in bf16 from the 0.4.3 wheel through `build-kernel serve --bench` (bench/gpu_h200_moe_serve.sh);
+#  5. the pairs (PAIR12, U9), as bench/arch_build.sh packs, beside nothing.
 # Raw output under $OUT: i55-raw.tar.gz (host, steps, the shipped build and verify, the serve environment, imports,
-# prewarm), h43-sm90a-raw.tar.gz (0.4.3's build, as bench/arch_builds.py reads it), st-raw.tar.gz and
+# prewarm), h43-sm90a-raw.tar.gz (0.4.3's build, as bench/arch_builds.py reads it; the pairs' beside it), st-raw.tar.gz and
 # t43-raw.tar.gz (the tests), moe-serve-raw-t43.tar.gz (the serve), w43.tar (the 0.4.3 wheel: $OUT refuses a '+').
 # Environment: OUT (/tmp/i55-out), DEADLINE_S (1380: seconds from the start; then everything is packed and the run
 # stopped), IN_WAIT_S (300), TEST_ARGS (--parallel 8).
@@ -44,6 +46,9 @@ if [ "${COLLECT:-0}" = 1 ]; then
   [ -d $R ] && tar -czf "$OUT/i55-raw.tar.gz" -C $R .
   cp $MOE_OUT/*.tar.gz /tmp/t43-out/*.tar.gz /tmp/st-out/*.tar.gz $B43_OUT/*.tar.gz "$OUT/" 2>/dev/null
   [ -n "$(ls /tmp/w43/*.whl 2>/dev/null)" ] && tar -cf "$OUT/w43.tar" -C /tmp/w43 .
+  for d in /tmp/bkw-h43*; do  # the pairs' wheels, for `verify --prune-proof` elsewhere
+    [ -n "$(ls "$d"/*.whl 2>/dev/null)" ] && tar -cf "$OUT/$(basename "$d").tar" -C "$d" $(cd "$d" && ls *.whl)
+  done
   cat $R/steps.txt 2>/dev/null; tail -2 /tmp/moe-serve-raw/steps.txt 2>/dev/null; exit 0
 fi
 # shellcheck source=bench/gpu_host_lib.sh
@@ -52,8 +57,8 @@ run_from_copy /tmp/i55-repo bench/gpu_issues53_55.sh
 echo $$ > /tmp/i55.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/i55.pid)` stops all of it
 rm -rf $R $MOE_OUT /tmp/t43-out /tmp/st-out $B43_OUT /tmp/w43 /tmp/st-wheel; mkdir -p $R $MOE_OUT /tmp/w43
 cp /tmp/i55-repo/HEAD.txt $R/; touch $R/side.txt
-SHIPPED=${SHIPPED:-1} B43=${B43:-1} T43=${T43:-1} SERVE=${SERVE:-1} PREWARM=${PREWARM:-1}
-echo "parts: SHIPPED=$SHIPPED B43=$B43 T43=$T43 SERVE=$SERVE PREWARM=$PREWARM" > $R/parts.txt
+SHIPPED=${SHIPPED:-1} B43=${B43:-1} T43=${T43:-1} SERVE=${SERVE:-1} PREWARM=${PREWARM:-1} PAIR12=${PAIR12:-0} U9=${U9:-0}
+echo "parts: SHIPPED=$SHIPPED B43=$B43 T43=$T43 SERVE=$SERVE PREWARM=$PREWARM PAIR12=$PAIR12 U9=$U9" > $R/parts.txt
 t0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-1380}
 left() { echo $(( DEADLINE_S - ($(date +%s) - t0) )); }
@@ -168,4 +173,18 @@ else
   step "serve skipped: $(left) s left of DEADLINE_S=$DEADLINE_S"
 fi
 [ -n "${PREWARM_PID:-}" ] && wait "$PREWARM_PID"
+
+# 5. The pruned/unpruned pairs (issue 55 item 2), each build cold and alone on the host, while time is left: 12.0a
+# (nightly-0.4 as shipped against nightly-0.4-unpruned, .device/h43u.toml) and the 9.0a reference (FA3 off).
+pair_build() {  # $1: label, $2: recipe, $3: arch, $4: seconds it needs
+  if [ "$(left)" -lt "$4" ]; then step "$1 skipped: $(left) s left of DEADLINE_S=$DEADLINE_S (it needs ~$4 s)"; return; fi
+  BUILD_KERNEL_OUTPUT_DIR=/tmp/bkw-$1 OFFLINE=1 FORCE=1 RECIPE=$2 ARCH=$3 LABEL=$1 OUT=$B43_OUT \
+    bash bench/arch_build.sh > $R/$1.log 2>&1
+  step "$1: $(tr '\n' ' ' < /tmp/arch-build-raw/$1/steps.txt 2>/dev/null)"
+}
+if [ "$PAIR12" = 1 ]; then
+  pair_build h43-sm120a .device/h43.toml 12.0a 240
+  pair_build h43u-sm120a .device/h43u.toml 12.0a 420
+fi
+[ "$U9" = 1 ] && pair_build h43u-sm90a .device/h43u.toml 9.0a 480
 touch $R/done; step "done"

@@ -26,6 +26,8 @@
 #                               paths only: ~9 MB), copied into the host's cache so the build runs --offline
 #   .device/h43.toml            nightly-0.4 as shipped (0.4.3 @ 0753182b, 9.0a with its FA3) with the same host lines and
 #                               the no-network test expectation (issue 55: its tests and serve on the GPU host)
+#   .device/h43u.toml           nightly-0.4-unpruned (series v12-unpruned) with the same host lines, FA3 off: h43.toml's
+#                               reference for the pruned/unpruned pairs (issue 55 item 2)
 #   .device/mirrors43           the partial mirrors of h43.toml's fetch (its tests included)
 #   .device/wht, wht43          the test wheelhouses: the tool's dependencies, gguf and einops (wht43: transformers and
 #                               tokenizers at 0753182b's pins too), and the sglang wheel of
@@ -196,7 +198,7 @@ sglang_wheel "$D/h9.toml" "$D/wh"
 
 # Issue 55: nightly-0.4 (0.4.3 @ 0753182b) on the GPU host, as shipped (9.0a with its FA3), host lines only.
 cat > "$D/h43.toml" <<TOML
-# Issue 55 on the GPU host: nightly-0.4 as shipped (series v9) with only the host's lines.
+# Issue 55 on the GPU host: nightly-0.4 as shipped (series v12) with only the host's lines.
 extends = "nightly-0.4"
 description = "issue 55: nightly-0.4 as shipped on the GPU host (host lines only)"
 
@@ -205,6 +207,22 @@ torch = "existing"
 cuda_source = "system"
 
 $NO_NETWORK
+
+$FA
+TOML
+# Its unpruned reference (nightly-0.4-unpruned, series v12-unpruned) with the same lines and FA3 off: every FA3 variant
+# (fa3 = "all", 250 units) does not fit a hold. Built for 9.0a and 12.0a beside h43.toml (issue 55 item 2).
+cat > "$D/h43u.toml" <<TOML
+# Issue 55 on the GPU host: nightly-0.4's unpruned reference with only the host's lines, FA3 off.
+extends = "nightly-0.4-unpruned"
+description = "issue 55: nightly-0.4-unpruned on the GPU host (host lines only, FA3 off)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+[build.defines]
+SGL_KERNEL_FA3 = "OFF"
 
 $FA
 TOML
