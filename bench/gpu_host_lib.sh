@@ -29,14 +29,17 @@ tool_setup() {  # $1: the log, $2: the carried wheels (.device/wh), $3: the carr
     && cp -r "$mirrors" "$BUILD_KERNEL_CACHE_DIR/mirrors"
 }
 
-serve_env() {  # $1: the log. /tmp/sgenv: the serve stage's own environment.create over the host's torch, with the
-  # carried wheels --no-deps (sglang's whole requirement list does not fit a carry, so no `serve --install`)
-  python3 - > "$1" 2>&1 <<'PY'
+serve_env() {  # $1: the log, $2: the carried wheelhouse (.device/wh), the rest: more wheels. /tmp/sgenv: the serve
+  # stage's own environment.create over the host's torch, with the wheelhouse's wheels but the tool's own dependencies
+  # and the rest --no-deps (sglang's whole requirement list does not fit a carry, so no `serve --install`)
+  local log=$1 wh=${2:-.device/wh}
+  shift $(( $# < 2 ? $# : 2 ))
+  python3 - > "$log" 2>&1 <<'PY'
 import os
 from pathlib import Path
 from build_kernel.stages.serve import environment
 print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
 PY
   /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    $(ls .device/wh/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') >> "$1" 2>&1
+    $(ls "$wh"/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') "$@" >> "$log" 2>&1
 }

@@ -117,15 +117,8 @@ elif [ "$SHIPPED" = 1 ]; then
   step "tests shipped skipped: wheel '$(ls /tmp/st-wheel 2>/dev/null)'"
 fi
 if [ "$PREWARM$SERVE" != 00 ] && wait_in wh43; then
-  python3 - > $R/env.log 2>&1 <<'PY'
-import os
-from pathlib import Path
-from build_kernel.stages.serve import environment
-print(environment.create(Path("/tmp/sgenv"), "/opt/torch/.venv/bin/python3", dict(os.environ)))
-PY
-  /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    $(ls $IND/wh43/*.whl | grep -v -i -E '/(gitpython|gitdb|smmap|unidiff|pyelftools)-') .device/wht43/sglang-*.whl \
-    .device/wht43/einops-*.whl .device/wht43/transformers-*.whl .device/wht43/tokenizers-*.whl >> $R/env.log 2>&1
+  serve_env $R/env.log $IND/wh43 .device/wht43/sglang-*.whl .device/wht43/einops-*.whl \
+    .device/wht43/transformers-*.whl .device/wht43/tokenizers-*.whl
   echo "env rc=$?" >> $R/side.txt
 fi
 [ -n "${B43_PID:-}" ] && wait "$B43_PID"
