@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import toolchain
 from tests.conftest import REPO_ROOT, run_cli
 
 DEMO = REPO_ROOT / "recipes" / "demo.toml"
@@ -75,27 +73,11 @@ def test_doctor_installed_problem_rows_name_what_they_are_about(tmp_path: Path) 
     assert row.split("│")[2].strip().startswith("sgl_kernel is not installed in")
 
 
-KERNEL = "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
-
-
 @pytest.mark.slow
 def test_verify_static_of_a_cuda_12_wheel_does_not_just_say_passed(tmp_path: Path) -> None:
-    from tests.test_verify_wheels import make_wheel
+    from tests.test_verify_wheels import make_wheel, nvrtc12_lib
 
-    nvcc = toolchain.find_nvcc(dict(os.environ))
-    if not nvcc:
-        pytest.skip("no nvcc")
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    (stub / "nvrtc.c").write_text("int nvrtcVersion(int* a, int* b) { *a = 12; *b = 8; return 0; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", str(stub / "libnvrtc.so.12"),
-                    str(stub / "nvrtc.c")], check=True)
-    (tmp_path / "uses.cu").write_text(KERNEL + 'extern "C" int nvrtcVersion(int*, int*);\n'
-                                      'extern "C" int version() { int a, b; return nvrtcVersion(&a, &b); }\n')
-    lib = tmp_path / "libwork.so"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
-                    str(tmp_path / "uses.cu"), f"-L{stub}", "-l:libnvrtc.so.12"], check=True, capture_output=True)
-    wheel = make_wheel(tmp_path, "cuda12", lib)
+    wheel = make_wheel(tmp_path, "cuda12", nvrtc12_lib(tmp_path))
     recipe = tmp_path / "r.toml"
     recipe.write_text(textwrap.dedent(f"""\
         extends = "{DEMO}"

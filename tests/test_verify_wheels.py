@@ -66,6 +66,28 @@ def cuda_lib(tmp: Path, gencode: str, *link: str) -> Path:
     return out
 
 
+def linked_lib(tmp: Path, soname: str, definition: str, use: str) -> Path:
+    """A CUDA library (KERNEL + `use`) linked against a real `soname` (its C source: `definition`) that is left out
+    of the wheel and of this host's loader path."""
+    stub_dir = tmp / "stub"
+    stub_dir.mkdir()
+    (stub_dir / "stub.c").write_text(definition)
+    subprocess.run(["cc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(stub_dir / soname),
+                    str(stub_dir / "stub.c")], check=True)
+    (tmp / "uses.cu").write_text(KERNEL + use)
+    lib = tmp / "libuses.so"
+    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
+                    str(tmp / "uses.cu"), f"-L{stub_dir}", f"-l:{soname}"], check=True, capture_output=True)
+    return lib
+
+
+def nvrtc12_lib(tmp: Path) -> Path:
+    """A library of a CUDA 12 build: it calls nvrtcVersion of libnvrtc.so.12."""
+    return linked_lib(tmp, "libnvrtc.so.12", "int nvrtcVersion(int* a, int* b) { *a = 12; *b = 8; return 0; }\n",
+                      'extern "C" int nvrtcVersion(int*, int*);\n'
+                      'extern "C" int version() { int a, b; return nvrtcVersion(&a, &b); }\n')
+
+
 @pytest.mark.slow
 def test_ptx_only_for_the_asked_arch_is_a_warning_and_no_code_is_a_failure(tmp_path: Path) -> None:
     spec = Verify(import_modules=("ptxonly",))
@@ -88,17 +110,7 @@ def test_ptx_only_for_the_asked_arch_is_a_warning_and_no_code_is_a_failure(tmp_p
 @pytest.mark.slow
 def test_a_cuda_12_library_that_is_absent_names_both_cudas(tmp_path: Path) -> None:
     # A real libnvrtc.so.12 to link against, left out of the wheel: as a CUDA 12 build met on a CUDA 13 stack.
-    stub_dir = tmp_path / "stub"
-    stub_dir.mkdir()
-    (stub_dir / "nvrtc.c").write_text("int nvrtcVersion(int* a, int* b) { *a = 12; *b = 8; return 0; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", str(stub_dir / "libnvrtc.so.12"),
-                    str(stub_dir / "nvrtc.c")], check=True)
-    (tmp_path / "uses.cu").write_text(KERNEL + 'extern "C" int nvrtcVersion(int*, int*);\n'
-                                      'extern "C" int version() { int a, b; return nvrtcVersion(&a, &b); }\n')
-    lib = tmp_path / "libcuda12.so"
-    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
-                    str(tmp_path / "uses.cu"), f"-L{stub_dir}", "-l:libnvrtc.so.12"], check=True, capture_output=True)
-    wheel = make_wheel(tmp_path, "cuda12", lib)
+    wheel = make_wheel(tmp_path, "cuda12", nvrtc12_lib(tmp_path))
     report = checks.verify(wheel, Verify(import_modules=("cuda12",)), ARCH, env=os.environ, want_cuda="13.0")
     facts = toolchain.detect(sys.executable, os.environ)
     assert report.failures == [f"import cuda12 failed: built for CUDA 12 (needs libnvrtc.so.12); this stack is CUDA "
@@ -222,16 +234,8 @@ def test_a_library_calling_code_the_build_left_out_fails_statically_and_names_th
 @pytest.mark.slow
 def test_a_library_needing_what_this_host_lacks_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     # A real libextra.so.7 to link against, left out of the wheel and of the host: its symbols cannot be judged here.
-    stub_dir = tmp_path / "stub"
-    stub_dir.mkdir()
-    (stub_dir / "extra.c").write_text("int extra_version(void) { return 7; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libextra.so.7", "-o", str(stub_dir / "libextra.so.7"),
-                    str(stub_dir / "extra.c")], check=True)
-    (tmp_path / "uses.cu").write_text(KERNEL + 'extern "C" int extra_version(void);\n'
-                                      'extern "C" int version() { return extra_version(); }\n')
-    lib = tmp_path / "libuses.so"
-    subprocess.run([nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120a,code=sm_120a", "-o", str(lib),
-                    str(tmp_path / "uses.cu"), f"-L{stub_dir}", "-l:libextra.so.7"], check=True, capture_output=True)
+    lib = linked_lib(tmp_path, "libextra.so.7", "int extra_version(void) { return 7; }\n",
+                     'extern "C" int extra_version(void);\nextern "C" int version() { return extra_version(); }\n')
     report = checks.verify(make_wheel(tmp_path, "usesextra", lib), Verify(), ARCH, env=os.environ, static=True)
     assert report.passed, report.failures
     assert report.links == {"usesextra/libwork.so": {"undefined": ["extra_version"], "not_found": ["libextra.so.7"]}}
