@@ -22,9 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_arch_pruning import member
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,17 +52,12 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             "reload_rebuilt_any": any(m["reload_rebuilt"] for m in modules)}
 
 
-def _member(tar: tarfile.TarFile, name: str) -> str:
-    m = next((m for m in tar.getmembers() if m.name.lstrip("./") == name), None)
-    f = tar.extractfile(m) if m else None
-    return f.read().decode(errors="replace") if f else ""
-
-
 def summarise_tool(pack: Path) -> dict[str, Any]:
     """The tool's own prewarm on a host: per module its compile seconds and size (prewarm.json), the cubins and
     SASS counts its verify read, and the host's GPU, nvcc and sglang."""
     with tarfile.open(pack) as tar:
-        out, host, packages = (_member(tar, n) for n in ("prewarm.json", "host.txt", "sgenv-list.txt"))
+        out, host, packages = ((member(tar, n) or b"").decode(errors="replace")
+                               for n in ("/prewarm.json", "/host.txt", "/sgenv-list.txt"))
     data = json.loads(out)
     verified = {m["name"]: m for m in data["verify"]["modules"]}
     lines = host.splitlines()
