@@ -241,3 +241,12 @@ def test_a_library_needing_what_this_host_lacks_is_a_warning_not_a_failure(tmp_p
     assert report.links == {"usesextra/libwork.so": {"undefined": ["extra_version"], "not_found": ["libextra.so.7"]}}
     assert ("usesextra/libwork.so: its symbols were not checked here: it needs libextra.so.7, which this host does "
             "not have") in report.warnings
+
+
+def test_a_host_without_ldd_is_one_line_naming_the_package_to_install(tmp_path: Path) -> None:
+    from build_kernel.stages.verify import links
+
+    with pytest.raises(VerifyError) as err:
+        links.check(Path(sys.executable), [], {"PATH": str(tmp_path)})
+    assert str(err.value).startswith(f"ldd -r {Path(sys.executable).name}: ldd not found") and "\n" not in str(err.value)
+    assert err.value.hint == "install glibc's ldd: libc-bin on Debian/Ubuntu, glibc-common on RHEL"

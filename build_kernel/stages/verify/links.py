@@ -76,6 +76,6 @@ def check(so: Path, ld_library_path: Sequence[Path], env: Mapping[str, str]) -> 
     run_env["LD_LIBRARY_PATH"] = os.pathsep.join([*(str(p) for p in ld_library_path),
                                                   *filter(None, [env.get("LD_LIBRARY_PATH", "")])])
     proc = process.run(["ldd", "-r", so], error=VerifyError, what=f"ldd -r {so.name}",
-                       fix="install glibc's ldd (Debian/Ubuntu: libc-bin; RHEL: glibc-common)", env=run_env,
+                       fix="install glibc's ldd: libc-bin on Debian/Ubuntu, glibc-common on RHEL", env=run_env,
                        timeout=120, check=False)
     return parse(proc.stdout + proc.stderr)
