@@ -162,11 +162,41 @@ def test_a_torch_other_than_the_wheels_is_refused(serve: Serve) -> None:
                                f"against {TORCH} {FIX}")
 
 
-def test_sglangs_own_pin_on_the_kernel_is_refused(serve: Serve) -> None:
+SKIP = "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 in [serve.env] skips that check, at your own risk"
+
+
+def past_preflight(serve: Serve) -> bool:
+    """Preflight let the serve through: it stopped at the next step, reading sglang's server flags (the double has
+    none)."""
+    proc = serve.cli()
+    return proc.returncode == 9 and "cannot import sglang.srt.server_args" in proc.stderr and "refusing" not in proc.stderr
+
+
+def test_a_kernel_older_than_sglangs_pin_is_refused(serve: Serve) -> None:
+    """sglang's start-up check (engine.py: assert_pkg_version) refuses a kernel older than its pin's version."""
+    serve.install(serve.ours, sglang(serve.tmp / "w", pin="sgl-kernel==0.3.22"), torch_double(serve.tmp / "w"))
+    assert serve.refusal() == (f"error: refusing to serve: sglang 0.5.9 requires sgl-kernel==0.3.22 and ours is {OURS}, "
+                               f"older than 0.3.22: sglang refuses it at start ({SKIP}) {FIX}")
+
+
+def test_the_skip_variable_in_serve_env_lets_an_older_kernel_through(serve: Serve) -> None:
+    serve.install(serve.ours, sglang(serve.tmp / "w", pin="sgl-kernel==0.3.22"), torch_double(serve.tmp / "w"))
+    serve.serve_env = {"SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1"}
+    assert past_preflight(serve)
+
+
+def test_a_kernel_newer_than_sglangs_pin_passes(serve: Serve) -> None:
+    """sglang at 0753182b pins sglang-kernel==0.4.2.post2 and its kernel is 0.4.3: the pin is pip's, the start-up
+    check asks for at least that version."""
     serve.install(serve.ours, sglang(serve.tmp / "w", pin="sgl-kernel==0.3.20"), torch_double(serve.tmp / "w"))
-    assert serve.refusal() == (f"error: refusing to serve: sglang 0.5.9 requires sgl-kernel==0.3.20 and ours is {OURS}: "
-                               "sglang refuses it at start (SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 in [serve.env] "
-                               f"skips that check) {FIX}")
+    assert past_preflight(serve)
+
+
+def test_a_kernel_under_another_distribution_name_than_sglangs_pin_is_refused(serve: Serve) -> None:
+    """Both install sgl_kernel, but sglang's start-up check looks the pin's distribution up by name."""
+    serve.install(serve.ours, sglang(serve.tmp / "w", pin=f"sglang-kernel=={OURS}"), torch_double(serve.tmp / "w"))
+    assert serve.refusal() == ("error: refusing to serve: sglang 0.5.9 checks for sglang-kernel at start and ours is "
+                               f"named sgl-kernel: sglang refuses it at start ({SKIP}) {FIX}")
 
 
 def test_sglang_importing_a_name_the_wheel_lacks_is_refused(serve: Serve) -> None:

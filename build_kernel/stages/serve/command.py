@@ -77,7 +77,8 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
     module = environment.kernel_module(plan)
     installed = environment.inspect(python, module, env)
     choice = sglang_dist.choose(plan)
-    pre = preflight.check(wheel, module, installed, sglang=choice, force=force, recipe=recipe_arg(plan.recipe))
+    pre = preflight.check(wheel, module, installed, sglang=choice, env=env, force=force,
+                          recipe=recipe_arg(plan.recipe))
     cmd = ServeCommand([], env, _model(plan, model), python, notes=[choice.describe(), *(n for n in pre.notes if n)],
                        preflight=pre.to_dict(), sglang_from=choice.to_dict())
     root = Path(installed.sglang_root) if installed.sglang_root else None

@@ -5,8 +5,8 @@ serve interpreter has that wheel's distribution at that version, and no other
 distribution of the same package; the installed files hash to the wheel's RECORD (the
 native libraries are hashed on disk, so a copy overwritten after install is caught); the
 import resolves to that copy; sglang is the recipe's (its release, or the build of the
-kernel's own commit: sglang_dist) and its own pin on the kernel admits our version; torch
-is the one the wheel was built against.
+kernel's own commit: sglang_dist) and its start-up check on the kernel (the distribution its
+pin names, at least the pin's version) admits ours; torch is the one the wheel was built against.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,30 @@ def _installed_matches(wheel: Path, module: str, dist: dict[str, Any]) -> str | 
     return None
 
 
-def _sglang_pin_note(installed: Installed, dist_name: str, version: str) -> tuple[str | None, str | None]:
-    """(note, problem): what sglang's own requirement on the kernel says of our version."""
+# sglang's start-up check on the kernel (srt/entrypoints/engine.py at 6ffc74ef and at 0753182b:
+# `assert_pkg_version(<kernel distribution>, X)`, X = its pyproject pin) refuses only a kernel *older* than X, or no
+# distribution of that name (the pin's, so `sgl-kernel` and `sglang-kernel` are not interchangeable there, though
+# both install sgl_kernel); this variable, read as sglang's get_bool_env_var reads it, skips the check.
+SKIP_CHECK = "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"
+
+
+def _skips_check(env: Mapping[str, str]) -> bool:
+    return env.get(SKIP_CHECK, "false").lower() in ("true", "1")
+
+
+def _lowest(req: Requirement) -> Version | None:
+    """The version a requirement's specifier starts at (`==X`, `>=X`, `~=X`, `>X`): sglang's start-up minimum."""
+    bounds = [Version(s.version) for s in req.specifier if s.operator in ("==", "===", ">=", "~=", ">")
+              and "*" not in s.version]
+    return max(bounds) if bounds else None
+
+
+def _sglang_pin_note(installed: Installed, dist_name: str, version: str,
+                     env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(note, problem): what sglang's own requirement on the kernel, and its start-up check, say of our version."""
     if canonicalize_name(dist_name) not in KERNEL_DISTRIBUTIONS:
         return f"sglang {installed.sglang} does not depend on {dist_name}", None
+    skip = f"{SKIP_CHECK}=1 in [serve.env] skips that check, at your own risk"
     for text in installed.sglang_requires:
         try:
             req = Requirement(text)
@@ -90,15 +111,22 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str) -> tupl
         name = canonicalize_name(req.name)
         if name not in KERNEL_DISTRIBUTIONS or (req.marker is not None and "extra" in str(req.marker)):
             continue
+        ours, lowest = Version(version), _lowest(req)
+        head = f"sglang {installed.sglang} requires {req}; ours is {dist_name} {version}"
+        skipped = _skips_check(env)
+        if name != canonicalize_name(dist_name) and not skipped:
+            return head, (f"sglang {installed.sglang} checks for {req.name} at start and ours is named {dist_name}: "
+                          f"sglang refuses it at start ({skip})")
+        if lowest is not None and ours < lowest:
+            if skipped:
+                return f"{head}: older, but {SKIP_CHECK} in [serve.env] skips sglang's start-up check", None
+            return head, (f"sglang {installed.sglang} requires {req} and ours is {version}, older than {lowest}: "
+                          f"sglang refuses it at start ({skip})")
         # `==0.3.21` admits `0.3.21+cu130...`: a local label is ignored (PEP 440).
-        ok = req.specifier.contains(Version(version), prereleases=True)
-        same = name == canonicalize_name(dist_name)
-        note = (f"sglang {installed.sglang} requires {req}; ours is {dist_name} {version}"
-                + ("" if same else f" (another name for the same {name.replace('-', '_')} package)"))
-        if not ok:
-            return note, (f"sglang {installed.sglang} requires {req} and ours is {version}: sglang refuses it at start "
-                          f"(SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 in [serve.env] skips that check)")
-        return note, None
+        if not req.specifier.contains(ours, prereleases=True):
+            return (f"{head}: newer than the pin, which only pip reads (we install --no-deps); sglang's start-up "
+                    f"check asks for at least {lowest}"), None
+        return head, None
     return f"sglang {installed.sglang} does not depend on {dist_name}", None
 
 
@@ -108,10 +136,11 @@ def same_torch(built: str, have: str) -> bool:
     return a.public == b.public and (a.local == b.local or not a.local or not b.local)
 
 
-def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, force: bool = False,
-          recipe: str | None = None) -> Preflight:
+def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, env: Mapping[str, str],
+          force: bool = False, recipe: str | None = None) -> Preflight:
     """Refuse (ServeError, or a loud warning under `force`) unless the server would run our verified wheel;
-    `recipe`: how the refusal's `verify` hint names the recipe."""
+    `env`: the server's environment ([serve.env] included); `recipe`: how the refusal's `verify` hint names the
+    recipe."""
     report.require_verified(wheel, force=force, recipe=recipe)
     parsed_name, parsed_version, _, _ = parse_wheel_filename(wheel.name)
     dist_name, version = str(parsed_name), str(parsed_version)
@@ -143,7 +172,7 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, for
         problems.append(f"{installed.python} has torch {installed.torch}; {wheel.name} was built against {built_torch}")
     result = Preflight(wheel.name, dist_name, version, installed.python, installed.sglang, installed.torch)
     if installed.sglang:
-        note, problem = _sglang_pin_note(installed, dist_name, version)
+        note, problem = _sglang_pin_note(installed, dist_name, version, env)
         result.notes.append(note or "")
         if problem:
             problems.append(problem)
