@@ -37,6 +37,9 @@ TAG=${TAG:-}
 # RETRY=0: a start that dies is not tried again with the server's advice (a bisect start wants the failure itself).
 # START_TIMEOUT_S (900): one serve run's limit (SIGINT). BASE_ARGS: serve args (a TOML list's items, each with a leading comma) for every start, BASE_WHY their reason.
 RETRY=${RETRY:-1}
+# SMOKE_ONLY=1: each start serves the smoke request only (`serve --launch --smoke-only`: unit, health, smoke, stop),
+# no checks, no bench: the shortest proof that the wheel serves, for a hold with little time left.
+SMOKE_ONLY=${SMOKE_ONLY:-0}
 BASE_ARGS=${BASE_ARGS:-}
 BASE_WHY=${BASE_WHY:-}
 export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc} BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
@@ -168,9 +171,11 @@ serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's e
   local sampled="$(command -v python3) $REPO/bench/sampled_requests.py --url {url} --requests 8"
   local checks=(--check "$check" --check "$sampled")
   [ "$CHECKS" = 1 ] || checks=()
+  local mode=(--bench)
+  [ "$SMOKE_ONLY" = 1 ] && { mode=(--launch --smoke-only); checks=(); }
   # SIGINT, not SIGTERM, at the limit: build-kernel then stops the server's whole process group itself.
   start() {  # $1: the model folder
-    timeout -s INT "${START_TIMEOUT_S:-900}" python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$1" --bench \
+    timeout -s INT "${START_TIMEOUT_S:-900}" python3 -m build_kernel --json serve "$WHEEL" --recipe "$OVR" --model "$1" "${mode[@]}" \
       "${checks[@]}" > "$d/bench.json" 2> "$d/bench.err"
   }
   start "$2"

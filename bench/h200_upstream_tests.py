@@ -17,7 +17,8 @@ Three runs of the pruned recipe at 6ffc74ef for 9.0a (v8 below has FA3 on), buil
 - `shipped` (issue 53 item 4): the shipped nightly-cu130 for 9.0a with host lines only, judged by its own
   [test.expect];
 - `t43` (issue 55 item 3): the shipped nightly-0.4 (sglang-kernel 0.4.3 @ 0753182b, series v9) for 9.0a, judged by
-  its own [test.expect], with sglang of 0753182b.
+  its own [test.expect], with sglang of 0753182b (H100, 2026-12-06: test_flashmla found v9's missing sm100 symbols);
+- `t43v12`: the same recipe on series v12, the fix (H200, 2026-12-06), judged the same way.
 The last two wheels were built on the 2-core box against the host's torch (`pack --build`: that build's raw pack
 gives build.json and verify.json); each report of them goes to a results file of its own.
 
@@ -73,14 +74,15 @@ NO_NETWORK = (
 UNPRUNED_LOAD = "v7u's tests ran while the v8 wheel was compiled beside them (15 compile jobs on the same 16 cores)"
 # shipped (issue 53): the shipped recipe as it is for 9.0a (FA3 for its model's head dim 256), host lines only.
 RUN_CONDITIONS = {"v6": FA3_OFF + NO_NETWORK, "v7": FA3_OFF + NO_NETWORK, "v8": NO_NETWORK, "v7u": FA3_OFF + NO_NETWORK,
-                  "shipped": NO_NETWORK, "t43": NO_NETWORK}
+                  "shipped": NO_NETWORK, "t43": NO_NETWORK, "t43v12": NO_NETWORK}
 # The recipe whose [test.expect] judges a run, and the issue it answers (issue 42's runs: nightly-cu130-pruned).
-RECIPES = {"shipped": "nightly-cu130", "t43": "nightly-0.4"}
-ISSUES = {"shipped": 53, "t43": 55}
+RECIPES = {"shipped": "nightly-cu130", "t43": "nightly-0.4", "t43v12": "nightly-0.4"}
+ISSUES = {"shipped": 53, "t43": 55, "t43v12": 55}
 DESCRIPTIONS = {
     "shipped": "nightly-cu130 as shipped for 9.0a (FA3 for its model's head dim 256, bf16), host lines only",
     "t43": "nightly-0.4 as shipped (sglang-kernel 0.4.3 @ 0753182b, series sm120/v9) for 9.0a (FA3 for head dim 256, "
            "bf16), host lines only, sglang of 0753182b",
+    "t43v12": "the same on series sm120/v12 (the fix of v9's FlashMLA SM100 gap), as nightly-0.4 ships now",
 }
 ISSUE_42 = ("nightly-cu130-pruned for 9.0a (v6, v7: FA3 off; v8: FA3 for head dims 64 + 256, bf16; v7u: its unpruned "
             "reference, FA3 off)")
