@@ -1,4 +1,4 @@
-"""The tiny MoE served on the H200 from the tool's wheel (issue 41), from the raw tarball of bench/gpu_h200_moe_serve.sh.
+"""The tiny MoE served on the GPU host (H200 or H100: `host` names it) from the tool's wheel (issue 41), from the raw tarball of bench/gpu_h200_moe_serve.sh (`--bench`, or `SMOKE_ONLY=1`: `--launch --smoke-only`, no bench figures).
 
 Per variant (bf16, block FP8): the server's resolved backends, the sgl_kernel ops it called for the requests
 and those captured in CUDA graphs (the op report of `serve`), each of the issue's kernel families found or
@@ -253,11 +253,12 @@ def wheel_top_levels(tar: tarfile.TarFile) -> set[str]:
 
 
 def run_record(path: Path) -> dict[str, Any]:
-    """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe."""
+    """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe;
+    or bench/gpu_issues53_55.sh's (i55-raw: a wheel built elsewhere, so only its `sha256sum; ls -l` line)."""
     with tarfile.open(path) as tar:
         build = _json(tar, "./build.json") or {}
         verify = _json(tar, "./verify.json") or {}
-        sha = _text(tar, "./wheel.sha256").split()
+        sha = (_text(tar, "./wheel.sha256") or _text(tar, "./wheel43.sha256")).split()
         probe = [json.loads(ln) for name in ("probe-torch.jsonl", "probe.jsonl")
                  for ln in _text(tar, f"./{name}").splitlines() if ln.startswith("{")]
         cut = _text(tar, "at-deadline/bf16/bench.err") or _text(tar, "at-deadline/server.log")
@@ -266,7 +267,7 @@ def run_record(path: Path) -> dict[str, Any]:
             "raw": path.name,
             "host": _text(tar, "./host.txt").splitlines(),
             "steps": _text(tar, "./steps.txt").splitlines(),
-            "wheel": {"file": Path(build.get("wheel") or "").name or None, "sha256": sha[0] if sha else None,
+            "wheel": {"file": Path(build.get("wheel") or (sha[1] if len(sha) > 1 else "")).name or None, "sha256": sha[0] if sha else None,
                       "bytes": int(sha[6]) if len(sha) > 6 and sha[6].isdigit() else None},
             "build": {"recipe": prov.get("recipe"), "patch_series": prov.get("patch_series"),
                       "archs": prov.get("archs"), "commit": prov.get("commit"), "seconds": prov.get("seconds"),
