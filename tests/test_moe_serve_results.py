@@ -212,3 +212,27 @@ def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_groupe
     assert lib["from_the_wheel"] == ["deep_gemm.fp8_gemm_nt", "sgl_kernel.rmsnorm"]  # deep_gemm's two names: one kernel
     assert sorted(lib["libraries"]) == ["deep_gemm", "flashinfer", "sgl_kernel", "sglang"]
     assert (lib["distinct_from_the_wheel"], lib["distinct_all"]) == (2, 4)
+
+
+def test_a_launch_only_start_and_a_wheel_built_elsewhere_are_kept(tmp_path: Path) -> None:
+    """Issue 55: `SMOKE_ONLY=1` (`serve --launch --smoke-only`: health and smoke, no bench) of a wheel carried to the
+    host, so gpu_issues53_55.sh's run pack has only the wheel's `sha256sum; ls -l` line (wheel43.sha256)."""
+    launch = {"mode": "launch", "server": {"seconds_to_healthy": 90.6, "smoke": {"tokens": 32, "tokens_per_s": 908.4}},
+              "resolved": {"resolved": {"attention_backend": "fa3"}, "cuda_graph": "captured"}}
+    main = tmp_path / "moe-serve-raw-t43.tar.gz"
+    with tarfile.open(main, "w:gz") as tar:
+        _add(tar, "bf16/bench.json", launch)
+        _add(tar, "bf16/bench.err", "✓ serve (launch)\n")
+    run = tmp_path / "i55-raw.tar.gz"
+    with tarfile.open(run, "w:gz") as tar:
+        _add(tar, "wheel43.sha256", "cd34  /tmp/w43/sglang_kernel-0.4.3+y-cp310-abi3-linux_x86_64.whl\n-rw-r--r-- 1 root "
+                                    "root 10767861 Dec  6 10:00 /tmp/w43/sglang_kernel-0.4.3+y-cp310-abi3-linux_x86_64.whl\n")
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+                           str(out), "--run", str(run)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["run"]["wheel"] == {"file": "sglang_kernel-0.4.3+y-cp310-abi3-linux_x86_64.whl", "sha256": "cd34",
+                                      "bytes": 10767861}
+    bf16 = result["variants"]["bf16"]
+    assert (bf16["time_to_healthy_s"], bf16["smoke"]["tokens"], bf16["bench"]) == (90.6, 32, {})
