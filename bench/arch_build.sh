@@ -41,10 +41,11 @@ rm -rf "$R"; mkdir -p "$R"
 cp "$RECIPE" "$R/recipe.toml"
 t0=$(date +%s)
 step() { echo "$* $(( $(date +%s) - t0 )) s" >> "$R/steps.txt"; pack; }
-# `seconds used-bytes` every 0.5 s, as bench/h200_arch_pruning.py's used_bytes() reads it.
+# `seconds used-bytes` every 0.5 s, as bench/h200_arch_pruning.py's used_bytes() reads it. `%.0f`, not `%d`: mawk (Debian's awk)
+# caps `%d` at 2^31-1, so every 2-core pack before 2026-12-06 12:00 reads at most 2 GiB in use (its `peak_gb` is no peak).
 sample() {
     while :; do
-        echo "$(date +%s.%N) $(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{printf "%d", (t-a)*1024}' /proc/meminfo)" >> "$R/mem.txt"
+        echo "$(date +%s.%N) $(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{printf "%.0f", (t-a)*1024}' /proc/meminfo)" >> "$R/mem.txt"
         sleep 0.5
     done
 }
