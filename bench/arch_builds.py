@@ -33,6 +33,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_arch_pruning import ROOT, compiles, member, ninja_edges, run_figures
 
+# arch_build.sh's memory sampler printed `%d` until 2026-12-06: mawk (Debian's awk) caps it at 2^31-1, so a pack
+# holding that value never saw the host's memory in use above 2 GiB, and has no host peak.
+SATURATED = 2**31 - 1
+SATURATED_NOTE = ("no host peak: the memory sampler saturated at 2 GiB (mawk's printf %d, before 2026-12-06); "
+                  "largest_tu_peak is each compile's own, from the recorder")
+
 
 def _json(tar: tarfile.TarFile, name: str) -> Any:
     raw = member(tar, name)
@@ -52,6 +58,7 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         # against v8 (split-proof.json), or the unpruned reference's pack holding the pruned build's proof
         # against it (prune-proof.json).
         proof = _json(tar, "split-proof.json") or _json(tar, "prune-proof.json")
+        mem = (member(tar, "mem.txt") or b"").decode().split()
     # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
     # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
     cores = next((int(h) for h in host if h.strip().isdigit()), None)
@@ -83,6 +90,8 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
             figures = _from_ninja_log(pack, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
+        if str(SATURATED) in mem[1::2]:
+            out["build"].update(peak_gb=None, peak_note=SATURATED_NOTE)
         with tarfile.open(pack) as tar:
             db = member(tar, "profile.sqlite")
         if db:  # the host's memory in use moves with whatever else runs on a shared box; a TU's own peak does not

@@ -74,3 +74,23 @@ def test_a_pair_puts_two_builds_side_by_side_with_new_over_base(tmp_path: Path) 
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "v11-sm120a-2c-raw.tar.gz" in bad.stderr and "list it among the packs" in bad.stderr
     assert not other.exists()
+
+
+def test_a_pack_whose_memory_sampler_saturated_has_no_host_peak(tmp_path: Path) -> None:
+    """arch_build.sh's sampler printed `%d` through mawk, which caps at 2^31-1: such a pack says it has no peak."""
+    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    notes = []
+    for name, used in (("capped", 2**31 - 1), ("whole", 3_000_000_000)):
+        pack = _pack(tmp_path / f"{name}-raw.tar.gz", 10.0, "# ninja log v7\n0\t1000\t0\ta.o\tx\n")
+        with tarfile.open(tmp_path / f"{name}-mem-raw.tar.gz", "w:gz") as tar:
+            with tarfile.open(pack) as src:
+                for m in src.getmembers():
+                    tar.addfile(m, src.extractfile(m))
+            _add(tar, "./mem.txt", f"1.0 1000000000\n1.5 {used}\n")
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([sys.executable, script, str(tmp_path / f"{name}-mem-raw.tar.gz"), "--out", str(out)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        [build] = json.loads(out.read_text())["builds"]
+        notes.append(build["build"].get("peak_note", ""))
+    assert "saturated at 2 GiB" in notes[0] and notes[1] == ""
