@@ -58,7 +58,7 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         # against v8 (split-proof.json), or the unpruned reference's pack holding the pruned build's proof
         # against it (prune-proof.json).
         proof = _json(tar, "split-proof.json") or _json(tar, "prune-proof.json")
-        mem = (member(tar, "mem.txt") or b"").decode().split()
+        mem = (member(tar, "mem.txt") or b"").decode().splitlines()
     # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
     # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
     cores = next((int(h) for h in host if h.strip().isdigit()), None)
@@ -90,7 +90,7 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         except AssertionError:  # no profile or memory sample (a run packed by another script): the ninja log's own
             figures = _from_ninja_log(pack, err)
         out["build"] = {k: v for k, v in figures.items() if k not in ("raw",)}
-        if str(SATURATED) in mem[1::2]:
+        if any(line.split()[1:2] == [str(SATURATED)] for line in mem):
             out["build"].update(peak_gb=None, peak_note=SATURATED_NOTE)
         with tarfile.open(pack) as tar:
             db = member(tar, "profile.sqlite")

@@ -103,6 +103,7 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str,
     if canonicalize_name(dist_name) not in KERNEL_DISTRIBUTIONS:
         return f"sglang {installed.sglang} does not depend on {dist_name}", None
     skip = f"{SKIP_CHECK}=1 in [serve.env] skips that check, at your own risk"
+    skipped = _skips_check(env)
     for text in installed.sglang_requires:
         try:
             req = Requirement(text)
@@ -113,7 +114,6 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str,
             continue
         ours, lowest = Version(version), _lowest(req)
         head = f"sglang {installed.sglang} requires {req}; ours is {dist_name} {version}"
-        skipped = _skips_check(env)
         if name != canonicalize_name(dist_name) and not skipped:
             return head, (f"sglang {installed.sglang} checks for {req.name} at start and ours is named {dist_name}: "
                           f"sglang refuses it at start ({skip})")
