@@ -102,7 +102,6 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str,
     """(note, problem): what sglang's own requirement on the kernel, and its start-up check, say of our version."""
     if canonicalize_name(dist_name) not in KERNEL_DISTRIBUTIONS:
         return f"sglang {installed.sglang} does not depend on {dist_name}", None
-    skip = f"{SKIP_CHECK}=1 in [serve.env] skips that check, at your own risk"
     skipped = _skips_check(env)
     for text in installed.sglang_requires:
         try:
@@ -116,12 +115,12 @@ def _sglang_pin_note(installed: Installed, dist_name: str, version: str,
         head = f"sglang {installed.sglang} requires {req}; ours is {dist_name} {version}"
         if name != canonicalize_name(dist_name) and not skipped:
             return head, (f"sglang {installed.sglang} checks for {req.name} at start and ours is named {dist_name}: "
-                          f"sglang refuses it at start ({skip})")
+                          "sglang refuses it at start")
         if lowest is not None and ours < lowest:
             if skipped:
                 return f"{head}: older, but {SKIP_CHECK} in [serve.env] skips sglang's start-up check", None
             return head, (f"sglang {installed.sglang} requires {req} and ours is {version}, older than {lowest}: "
-                          f"sglang refuses it at start ({skip})")
+                          "sglang refuses it at start")
         # `==0.3.21` admits `0.3.21+cu130...`: a local label is ignored (PEP 440).
         if not req.specifier.contains(ours, prereleases=True):
             return (f"{head}: newer than the pin, which only pip reads (we install --no-deps); sglang's start-up "
@@ -148,6 +147,9 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, env
     found = {canonicalize_name(n): (n, d) for n, d in installed.dists.items()}
     ours = found.pop(canonicalize_name(dist_name), None)
     fix = "run `build-kernel serve --install --recipe R`: it installs this wheel --no-deps and sglang beside it"
+    # sglang's own start-up check is not mended by reinstalling: its refusal names the skip variable instead.
+    pin_fix = (f"set {SKIP_CHECK} = \"1\" in the recipe's [serve.env] to skip sglang's check (at your own risk), "
+               "or serve an sglang whose kernel pin ours meets")
     problems: list[str] = []
     if ours is None:
         problems.append(f"{installed.python} has no {dist_name}: the server would not import our {wheel.name}")
@@ -176,6 +178,8 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, env
         result.notes.append(note or "")
         if problem:
             problems.append(problem)
+            if len(problems) == 1:
+                fix = pin_fix
     if problems:
         for p in problems[1:] if not force else ():
             log.info(f"  also: {p}")
