@@ -25,7 +25,7 @@
 #  3. 0.4.3's tests, with `build-kernel jit-prewarm --arch 12.0a` beside them and the serve (nvcc compiles sm_120a;
 #     verify reads the SASS);
 #  4. the tiny MoE in bf16 from the 0.4.3 wheel through `build-kernel serve --bench` (bench/gpu_h200_moe_serve.sh);
-#  5. the pairs (U9, then PAIR12), as bench/arch_build.sh packs, beside nothing.
+#  5. the pairs (PAIR12, U9), as bench/arch_build.sh packs, beside nothing.
 # Raw output under $OUT: i55-raw.tar.gz (host, steps, the shipped build and verify, the serve environment, imports,
 # prewarm), h43-sm90a-raw.tar.gz (0.4.3's build, as bench/arch_builds.py reads it; the pairs' beside it), st-raw.tar.gz and
 # t43-raw.tar.gz (the tests), moe-serve-raw-t43.tar.gz (the serve), w43.tar (the 0.4.3 wheel: $OUT refuses a '+').
@@ -175,10 +175,9 @@ pair_build() {  # $1: label, $2: recipe, $3: arch, $4: seconds it needs
     bash bench/arch_build.sh > $R/$1.log 2>&1
   step "$1: $(tr '\n' ' ' < /tmp/arch-build-raw/$1/steps.txt 2>/dev/null)"
 }
-# U9 first: the 12.0a pair has a 2-core record already, the 9.0a reference has none.
-[ "$U9" = 1 ] && pair_build h43u-sm90a .device/h43u.toml 9.0a 480
 if [ "$PAIR12" = 1 ]; then
   pair_build h43-sm120a .device/h43.toml 12.0a 240
   pair_build h43u-sm120a .device/h43u.toml 12.0a 420
 fi
+[ "$U9" = 1 ] && pair_build h43u-sm90a .device/h43u.toml 9.0a 480
 touch $R/done; step "done"
