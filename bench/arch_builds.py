@@ -1,7 +1,8 @@
 """Issue 53 item 4: real builds of the shipped sgl-kernel recipe for other archs, from their raw outputs.
 
 Reads each `<label>-raw.tar.gz` that bench/arch_build.sh packed (host.txt, plan.json, build.err, mem.txt,
-ninja_log.txt, profile.sqlite, verify.json, and split-proof.json where kept) and writes one JSON file: per build the host, the archs asked and
+ninja_log.txt, profile.sqlite, verify.json, and split-proof.json where kept; or a `<label>-prune-proof.json` kept beside
+the pack) and writes one JSON file: per build the host, the archs asked and
 what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
 run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower bound) and verify per library
 (archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
@@ -59,6 +60,9 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
         # against it (prune-proof.json).
         proof = _json(tar, "split-proof.json") or _json(tar, "prune-proof.json")
         mem = (member(tar, "mem.txt") or b"").decode().splitlines()
+    beside = path.with_name(path.name.removesuffix("-raw.tar.gz") + "-prune-proof.json")
+    if proof is None and beside.is_file():  # a proof run elsewhere than the build (its wheels brought back from a GPU host)
+        proof = json.loads(beside.read_text())
     # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
     # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
     cores = next((int(h) for h in host if h.strip().isdigit()), None)

@@ -94,3 +94,26 @@ def test_a_pack_whose_memory_sampler_saturated_has_no_host_peak(tmp_path: Path) 
         [build] = json.loads(out.read_text())["builds"]
         notes.append(build["build"].get("peak_note", ""))
     assert "saturated at 2 GiB" in notes[0] and notes[1] == ""
+
+
+def test_a_proof_kept_beside_a_pack_is_read_with_it(tmp_path: Path) -> None:
+    """A prune-proof run away from the build (the GPU host's wheels brought back) sits beside the reference's pack as
+    `<label>-prune-proof.json`; a pack without one has no proof."""
+    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    ref = _pack(tmp_path / "u43-sm90a-raw.tar.gz", 10.0, "# ninja log v7\n0\t1000\t0\ta.o\tx\n")
+    plain = _pack(tmp_path / "p43-sm90a-raw.tar.gz", 5.0, "# ninja log v7\n0\t500\t0\ta.o\tx\n")
+    lib = {"path": "sgl_kernel/sm90/common_ops.abi3.so", "archs": ["sm_90a"], "functions_pruned": 3,
+           "functions_unpruned": 4, "identical": 2, "missing": [], "differing": [{"arch": "sm_90a", "function": "k"}],
+           "removed": 1, "removed_functions": ["sm_90a r"], "fp4_pruned": {}, "fp4_unpruned": {}}
+    (tmp_path / "u43-sm90a-prune-proof.json").write_text(json.dumps(
+        {"pruned": "p.whl", "unpruned": "u.whl", "passed": False, "failures": ["1 function(s) have other SASS"],
+         "libraries": [lib]}))
+    out = tmp_path / "b.json"
+    proc = subprocess.run([sys.executable, script, str(ref), str(plain), "--out", str(out)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    builds = {Path(b["raw"]).name: b for b in json.loads(out.read_text())["builds"]}
+    with_proof, without = builds["u43-sm90a-raw.tar.gz"], builds["p43-sm90a-raw.tar.gz"]
+    assert with_proof["proof"]["passed"] is False and with_proof["proof"]["against"] == "u.whl"
+    assert with_proof["proof"]["libraries"][0]["differing"] == 1 and with_proof["proof"]["libraries"][0]["removed"] == 1
+    assert "proof" not in without
