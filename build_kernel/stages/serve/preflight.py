@@ -84,6 +84,9 @@ def _installed_matches(wheel: Path, module: str, dist: dict[str, Any]) -> str | 
 # distribution of that name (the pin's, so `sgl-kernel` and `sglang-kernel` are not interchangeable there, though
 # both install sgl_kernel); this variable, read as sglang's get_bool_env_var reads it, skips the check.
 SKIP_CHECK = "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"
+# sglang's own start-up check is not mended by reinstalling: its refusal names the skip variable instead.
+PIN_FIX = (f"set {SKIP_CHECK} = \"1\" in the recipe's [serve.env] to skip sglang's check (at your own risk), "
+           "or serve an sglang whose kernel pin ours meets")
 
 
 def _skips_check(env: Mapping[str, str]) -> bool:
@@ -147,9 +150,6 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, env
     found = {canonicalize_name(n): (n, d) for n, d in installed.dists.items()}
     ours = found.pop(canonicalize_name(dist_name), None)
     fix = "run `build-kernel serve --install --recipe R`: it installs this wheel --no-deps and sglang beside it"
-    # sglang's own start-up check is not mended by reinstalling: its refusal names the skip variable instead.
-    pin_fix = (f"set {SKIP_CHECK} = \"1\" in the recipe's [serve.env] to skip sglang's check (at your own risk), "
-               "or serve an sglang whose kernel pin ours meets")
     problems: list[str] = []
     if ours is None:
         problems.append(f"{installed.python} has no {dist_name}: the server would not import our {wheel.name}")
@@ -173,19 +173,19 @@ def check(wheel: Path, module: str, installed: Installed, *, sglang: Choice, env
     if built_torch and installed.torch and not same_torch(built_torch, installed.torch):
         problems.append(f"{installed.python} has torch {installed.torch}; {wheel.name} was built against {built_torch}")
     result = Preflight(wheel.name, dist_name, version, installed.python, installed.sglang, installed.torch)
+    pin_problem = None
     if installed.sglang:
-        note, problem = _sglang_pin_note(installed, dist_name, version, env)
+        note, pin_problem = _sglang_pin_note(installed, dist_name, version, env)
         result.notes.append(note or "")
-        if problem:
-            problems.append(problem)
-            if len(problems) == 1:
-                fix = pin_fix
+        if pin_problem:
+            problems.append(pin_problem)
     if problems:
         for p in problems[1:] if not force else ():
             log.info(f"  also: {p}")
         if not force:
             raise ServeError(f"refusing to serve: {problems[0]}" + (f" (and {len(problems) - 1} more)" if problems[1:]
-                                                                    else ""), hint=fix)
+                                                                    else ""),
+                             hint=PIN_FIX if problems[0] == pin_problem else fix)
         for p in problems:
             log.warn(f"{p}: serving anyway because of --force")
     return result
