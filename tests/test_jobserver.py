@@ -2,11 +2,14 @@
 
 A replayed workload (processes that allocate and hold their profiled peak) runs through real
 ninja inside a real memory cgroup: under the governor it never reaches the cap (no OOM kill,
-no hit of the limit at all); the same workload with a plain `-j` does, and is OOM-killed.
+no hit of the limit at all); the same workload with a plain `-j` does, and is OOM-killed. The
+plain run's overlap does not depend on the machine's load: its jobs meet at a barrier before they
+allocate and hold their peaks until the cap has killed one of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -188,6 +191,38 @@ def test_jobs_are_the_children_of_the_real_ninja_under_a_wrapper_named_ninja(tmp
         outer.wait()
 
 
+# The plain run's launcher: it waits until every job of the run has arrived (so -j8 runs them all at once),
+# then starts its replay, which allocates its peak and holds it; the hold ends when the cap's OOM killer has
+# struck in the group (the one killed fails its edge, the others are stopped), else after HOLD_S (a hang
+# guard: the test then fails, since nothing was killed). Stdlib only, run with -S: it starts in milliseconds.
+_BARRIER = """
+import os, subprocess, sys, time
+folder, parties, group = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+open(os.path.join(folder, str(os.getpid())), "w").close()
+while len(os.listdir(folder)) < parties:
+    time.sleep(0.01)
+
+def oom_kills():
+    for name in ("memory.oom_control", "memory.events"):
+        try:
+            with open(os.path.join(group, name)) as fh:
+                return next((int(line.split()[1]) for line in fh if line.startswith("oom_kill ")), 0)
+        except OSError:
+            continue
+    return 0
+
+job = subprocess.Popen(sys.argv[4:])
+while job.poll() is None:
+    if oom_kills():
+        job.kill()
+        print("released by an OOM kill", flush=True)
+        sys.exit(1)
+    time.sleep(0.02)
+sys.exit(job.returncode)
+"""
+HOLD_S = 90.0
+
+
 def _ninja(group: Path, folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     assert NINJA is not None
     return subprocess.run(cgroup.in_cgroup(group, [NINJA, "-C", str(folder), *args]), env=env, text=True,
@@ -200,13 +235,21 @@ def test_governor_never_lets_a_replayed_workload_exceed_its_cap(tmp_path: Path) 
             [NINJA, "--version"], capture_output=True, text=True, check=False).stdout.strip()):
         pytest.skip("needs ninja >= 1.13 (a jobserver client)")
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")}
-    # Control first: the same workload with -j8 does not fit the cap (Σ peaks 1030 MiB > 640).
-    plain = tmp_path / "plain"
-    write_ninja(plain, UNITS)
+    # Control first: the same workload with -j8 does not fit the cap (Σ peaks 1030 MiB > 640). Its jobs meet
+    # at a barrier before allocating and hold their peaks until the cap kills one (not for their replayed
+    # seconds), so all 8 are resident at once however slowly a busy machine starts them (#67: a timed hold
+    # let early jobs finish before late ones allocated, and the control fitted).
+    plain, barrier, launcher = tmp_path / "plain", tmp_path / "barrier", tmp_path / "barrier.py"
+    barrier.mkdir()
+    launcher.write_text(_BARRIER)
     with memory_cgroup(CAP, "jobserver-plain") as group:
+        write_ninja(plain, [dataclasses.replace(u, seconds=HOLD_S) for u in UNITS],
+                    launcher=[sys.executable, "-S", str(launcher), str(barrier), str(len(UNITS)), str(group)])
         control = _ninja(group, plain, env, "-j8")
         control_kills = cgroup.oom_kills(group)
+    assert len(list(barrier.iterdir())) == len(UNITS), "every job passed the barrier: all 8 ran at once"
     assert control.returncode != 0 and control_kills >= 1, control.stdout
+    assert "released by an OOM kill" in control.stdout, control.stdout  # not by the hang guard
     governed = tmp_path / "governed"
     write_ninja(governed, UNITS)
     with memory_cgroup(CAP, "jobserver-governed") as group:
