@@ -56,7 +56,7 @@ def test_flash_attn_recipe_plans_offline_and_forced() -> None:
     assert r.source.commit == "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
     assert r.source.submodules == ("csrc/cutlass",) and "csrc/composable_kernel" not in " ".join(r.source.paths)
     assert "csrc/cutlass/include" not in r.source.paths  # fetched from cutlass itself, at the gitlink's commit
-    assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "wheels")
+    assert (r.toolchain.torch, r.toolchain.cuda, r.toolchain.cuda_source) == ("2.9.1", "12.8", "auto")
 
 
 def test_flash_attn_first_build_is_ordered_by_the_h200_profile() -> None:

@@ -180,7 +180,7 @@ def test_choose_errors_when_nothing_can_fit() -> None:
     # torch 13.0 cannot be matched by a system 12.8, and 12.x has no wheel layout.
     with pytest.raises(ToolchainError) as exc:
         cudawheels.choose("auto", system_facts("13.0"), "12.8", SM120A)
-    assert "PyPI has no CUDA 12.8 toolkit layout" in one_line(exc)
+    assert "PyPI has no CUDA 12.8 compiler (nvidia-cuda-nvcc-cu12 holds ptxas" in one_line(exc)
     # No CUDA release older than 12.8 targets sm_120a, wheels or not.
     with pytest.raises(ToolchainError) as exc:
         cudawheels.choose("wheels", system_facts("13.0"), "12.6", SM120A)
@@ -189,6 +189,20 @@ def test_choose_errors_when_nothing_can_fit() -> None:
         cudawheels.choose("auto", system_facts("13.0"), "", SM120A)
     assert "torch has no CUDA" in one_line(exc)
     assert cudawheels.choose("wheels", system_facts("13.0"), "13.0", SM120A)[0] == "wheels"
+
+
+@pytest.mark.network
+def test_pypi_cuda12_compiler_wheel_has_no_nvcc(tmp_path: Path) -> None:
+    """The fact behind the CUDA 12 refusal, asked of PyPI itself: its CUDA 12.8 compiler wheel holds ptxas and
+    libnvvm but no nvcc driver, cicc or cudafe++. Should NVIDIA ever ship them, this fails: support CUDA 12 wheels."""
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+                    "-d", str(tmp_path), "nvidia-cuda-nvcc-cu12==12.8.93"], check=True)
+    (wheel,) = tmp_path.glob("nvidia_cuda_nvcc_cu12-*.whl")
+    names = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if "/bin/" in n}
+    assert "ptxas" in names
+    assert not names & {"nvcc", "cicc", "cudafe++", "fatbinary", "nvlink"}
 
 
 def test_choose_with_the_real_system_facts() -> None:

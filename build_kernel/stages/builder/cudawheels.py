@@ -40,7 +40,7 @@ from build_kernel.stages.builder.cudalayout import (
     smoke_compile,
     torch_site,
 )
-from build_kernel.toolchain import MIN_CUDA, Facts
+from build_kernel.toolchain import MIN_CUDA, Facts, find_nvcc
 
 # From this CUDA major on, the wheels share one nvidia/cu<major> folder (CUDA 12 wheels
 # are named nvidia-*-cu12 and install one folder per component: not supported here).
@@ -102,10 +102,22 @@ def toolkit_dir(cache_dir: Path, cuda: str) -> Path:
     return Path(cache_dir) / "toolkits" / f"cuda-{major}.{minor}-{platform.machine()}"
 
 
-def require_wheels_for(cuda: str) -> None:
-    """Refuse at once a CUDA release PyPI has no compiler wheels for (before any environment is made)."""
+def system_nvcc_release(env: Mapping[str, str]) -> str | None:
+    """`13.0`: the CUDA release of the system's nvcc (CUDA_HOME, PATH, /usr/local/cuda*), None without one."""
+    nvcc = find_nvcc(env)
+    m = re.search(r"release (\d+\.\d+)", (process.probe([nvcc, "--version"], env=env) or "") if nvcc else "")
+    return m.group(1) if m else None
+
+
+def require_wheels_for(cuda: str, cuda_source: str = "wheels", env: Mapping[str, str] | None = None) -> None:
+    """Refuse at once a CUDA release PyPI has no compiler wheels for (before any environment is made): with
+    `cuda_source = "auto"` only when the system's nvcc is not that release either."""
     major, minor = major_minor(cuda)
     mm = f"{major}.{minor}"
+    if cuda_source == "auto" and major < FIRST_MAJOR:
+        found = system_nvcc_release(env or {})
+        if found and major_minor(found) == (major, minor):
+            return
     if major < FIRST_MAJOR:
         # Seen 2026-12-03: nvidia-cuda-nvcc-cu12 12.8.93 holds bin/ptxas, nvvm/lib64/libnvvm.so, libdevice and
         # the crt headers only: no nvcc driver, cicc, cudafe++, fatbinary or nvlink, so nothing compiles a .cu.
@@ -289,10 +301,16 @@ def choose(cuda_source: str, system_facts: Facts, torch_cuda: str, archs: Sequen
                              + (f" and {misfit}" if cuda_source == "auto" else ""),
                              hint="use a torch built for a newer CUDA, or build for other archs")
     if major < FIRST_MAJOR:
-        no_layout = f"PyPI has no CUDA {want} toolkit layout (wheels start at CUDA {FIRST_MAJOR}.0)"
+        # Seen 2026-12-07: every nvidia-cuda-nvcc-cu12 on PyPI (12.0.76 ... 12.9.86) ships bin/ptxas, libnvvm and
+        # libdevice only: no nvcc driver, cicc or cudafe++ (tests/test_cudawheels.py checks 12.8.93 from PyPI).
+        no_layout = (f"PyPI has no CUDA {want} compiler (nvidia-cuda-nvcc-cu{major} holds ptxas and libnvvm but no "
+                     f"nvcc, cicc or cudafe++; the nvidia-cuda-nvcc wheels are a whole compiler from CUDA "
+                     f"{FIRST_MAJOR}.0 on)")
         raise ToolchainError(f"{misfit}, and {no_layout}" if cuda_source == "auto"
                              else f"cuda_source = \"wheels\": {no_layout}",
-                             hint=f"install CUDA {want} and set CUDA_HOME")
+                             hint=f"install CUDA {want} (e.g. /usr/local/cuda-{want}) with cuda_source = \"system\" "
+                                  f"in an overlay, or build against a CUDA {FIRST_MAJOR} torch from PyPI (e.g. "
+                                  f"[toolchain] torch = \"2.14.1\", cuda = \"{FIRST_MAJOR}.0\")")
     if cuda_source == "wheels":
         return "wheels", f"CUDA {want} from PyPI wheels (nvidia-cuda-nvcc=={want}.*) as the recipe asks"
     return "wheels", f"{misfit}: CUDA {want} from PyPI wheels (nvidia-cuda-nvcc=={want}.*)"
