@@ -191,6 +191,26 @@ def test_choose_errors_when_nothing_can_fit() -> None:
     assert cudawheels.choose("wheels", system_facts("13.0"), "13.0", SM120A)[0] == "wheels"
 
 
+def test_cuda12_auto_takes_a_system_12_8_and_refuses_before_any_environment_without_one(tmp_path: Path) -> None:
+    """flash-attn-2.8.3 (cuda 12.8, cuda_source auto): with a system CUDA 12.8 the build goes on to it; without one
+    the refusal comes before torch 2.9.1 is installed. No CUDA 12.8 toolkit can be installed here: its nvcc is a
+    script answering `--version` as CUDA 12.8's does (the only thing asked of it at that point)."""
+    nvcc = tmp_path / "cuda-12.8/bin/nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
+    env = {"CUDA_HOME": str(tmp_path / "cuda-12.8"), "PATH": "/usr/bin:/bin"}
+    assert cudawheels.system_nvcc_release(env) == "12.8"
+    cudawheels.require_wheels_for("12.8", "auto", env)  # the system toolkit fits: nothing refused
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.require_wheels_for("12.8", "wheels", env)  # asked for wheels: PyPI has no CUDA 12 compiler
+    assert "no PyPI toolkit for CUDA 12.8" in one_line(exc)
+    with pytest.raises(ToolchainError) as exc:
+        cudawheels.require_wheels_for("12.8", "auto", {"PATH": str(tmp_path)})  # no system nvcc of 12.8
+    assert "no PyPI toolkit for CUDA 12.8" in one_line(exc) and "cuda_source" in one_line(exc)
+    cudawheels.require_wheels_for("13.0", "auto", {"PATH": str(tmp_path)})  # CUDA 13: PyPI has the compiler
+
+
 @pytest.mark.network
 def test_pypi_cuda12_compiler_wheel_has_no_nvcc(tmp_path: Path) -> None:
     """The fact behind the CUDA 12 refusal, asked of PyPI itself: its CUDA 12.8 compiler wheel holds ptxas and
