@@ -233,18 +233,30 @@ def test_server_down_says_so(tmp_path: Path) -> None:
     assert PASSWORD not in str(info.value) and time.monotonic() - started < 30
 
 
-def test_same_version_twice_is_refused_then_skipped(pypi: Index, tmp_path: Path) -> None:
+def test_same_bytes_twice_is_a_success_other_bytes_are_refused(pypi: Index, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """pypiserver answers 409 to the second upload; its simple page's #sha256= tells the two cases apart."""
     version = f"0.3.21{LOCAL}"
     wheel = make_wheel(tmp_path, "bk-twice", version)
     env = clean_env(TWINE_USERNAME=USER, TWINE_PASSWORD=PASSWORD)
     target = target_for(pypi.url, tmp_path, env)
     assert pub.publish([wheel], target, env=env).wheels[0].status == "uploaded"
+    capsys.readouterr()
+    again = pub.publish([wheel], target, env=env)
+    assert again.wheels[0].status == "unchanged" and again.wheels[0].imports == {"bk_twice": "ok"}
+    assert f"{wheel.name} is already published on {pypi.url} (same bytes)" in capsys.readouterr().err
+    before = listing(pypi.packages)
+    other = make_wheel(tmp_path / "other", "bk-twice", version, value="other")
     with pytest.raises(PublishError) as info:
-        pub.publish([wheel], target, env=env)
-    assert str(info.value) == (f"version {version} is already on {pypi.url} ({wheel.name}) "
-                               "(bump the build or pass --skip-existing)")
-    again = pub.publish([wheel], target, env=env, skip_existing=True)
-    assert again.wheels[0].status == "skipped" and again.wheels[0].imports == {"bk_twice": "ok"}
+        pub.publish([other], target, env=env)
+    there, here = hashlib.sha256(wheel.read_bytes()).hexdigest(), hashlib.sha256(other.read_bytes()).hexdigest()
+    assert info.value.render() == (
+        f"version {version} is already on {pypi.url} with other bytes ({wheel.name}: sha256 {there[:12]}… there, "
+        f"{here[:12]}… here) (bump the build (a new local version label) and publish again; the fleet installs "
+        "the bytes already there)")
+    assert listing(pypi.packages) == before
+    skipped = pub.publish([wheel], target, env=env, skip_existing=True)
+    assert skipped.wheels[0].status == "unchanged"
 
 
 def test_skip_existing_still_refuses_other_bytes_under_the_same_version(pypi: Index, tmp_path: Path) -> None:
@@ -306,9 +318,14 @@ def test_static_folder_is_a_valid_index_for_pip(tmp_path: Path) -> None:
     assert oct((folder / second.name).stat().st_mode & 0o777) == oct(0o644)
     assert not [p for p in folder.rglob("*") if p.name.startswith(".")]
     assert pip_install_import(f"{folder.as_uri()}/simple", f"bk-static==0.3.20{LOCAL}", "bk_static", tmp_path) == "old"
-    with pytest.raises(PublishError, match=r"already in .* \(bump the build or pass --skip-existing\)"):
-        pub.publish([second], target, env=env)
-    assert pub.publish([second], target, env=env, skip_existing=True).wheels[0].status == "skipped"
+    # The same bytes again: a success that changes nothing; other bytes under that version: refused.
+    before = listing(folder)
+    assert pub.publish([second], target, env=env).wheels[0].status == "unchanged"
+    other = make_wheel(tmp_path / "w3", "bk-static", f"0.3.21{LOCAL}", value="other")
+    with pytest.raises(PublishError, match=r"^version 0\.3\.21\S+ is already on \S+ with other bytes .*"
+                                           r"\(bump the build \(a new local version label\) and publish again"):
+        pub.publish([other], target, env=env)
+    assert listing(folder) == before
 
 
 @pytest.mark.parametrize("project", ["bk-interrupted", "bk-brand-new"])

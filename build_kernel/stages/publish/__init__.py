@@ -26,6 +26,7 @@ from build_kernel.errors import PublishError
 from build_kernel.log import styled
 from build_kernel.stages.publish import install_back as back
 from build_kernel.stages.publish.backends import (
+    UNCHANGED,
     UPLOAD_TIMEOUT_S,
     Backend,
     StaticDirBackend,
@@ -68,7 +69,8 @@ class Published:
     version: str
     sha256: str
     status: str
-    """`uploaded`, `copied` (static folder) or `skipped` (already there, --skip-existing)."""
+    """`uploaded`, `copied` (static folder), `unchanged` (already published, the same bytes) or `skipped`
+    (already there, --skip-existing)."""
     verified: bool
     installed_from: str = ""
     index_sha256: str | None = None
@@ -223,6 +225,9 @@ def publish(
         status = backend.put(c.wheel, c.version, skip_existing=skip_existing)
         if status == "skipped":
             log.info(target.redact(f"{c.project} {c.version} is already on {target.label}: skipped (--skip-existing)"))
+        elif status == UNCHANGED:
+            log.info(target.redact(f"{c.wheel.name} is already published on {target.label} (same bytes): "
+                                   "nothing to upload"))
         else:
             log.info(target.redact(f"{c.wheel.name} -> {target.label} ({status})"))
         modules = list(import_modules) if import_modules is not None else wheel_modules(c.wheel)
@@ -233,7 +238,7 @@ def publish(
             _withdraw(backend, c.wheel, status)
             raise
         if fetched is not None and fetched != c.sha256:
-            why = "it was skipped as already there, but " if status == "skipped" else ""
+            why = "it was skipped as already there, but " if status in ("skipped", UNCHANGED) else ""
             raise target.fail(f"{why}{target.label} serves other bytes for {c.project} {c.version} than "
                               f"{c.wheel.name} (sha256 {fetched[:12]}… vs {c.sha256[:12]}…): the fleet would "
                               "install that other build", "bump the build (a new local version label) and publish again")

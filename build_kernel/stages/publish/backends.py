@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -20,17 +21,44 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from build_kernel import atomic, process, static_index
 from build_kernel.errors import BuildKernelError, PublishError
+from build_kernel.stages.publish import index_page
 from build_kernel.stages.publish.credentials import credential_env_names
 from build_kernel.stages.publish.targets import Target
 
 UPLOAD_TIMEOUT_S = 600.0
 
 
+# A version already there with the same bytes: publishing again is a no-op success (`make demo` twice).
+UNCHANGED = "unchanged"
+
+
 class Backend(Protocol):
     target: Target
 
     def put(self, wheel: Path, version: str, *, skip_existing: bool) -> str:
-        """Publish one wheel; return `uploaded`/`copied`/`skipped`; raise PublishError."""
+        """Publish one wheel; return `uploaded`/`copied`/`unchanged`/`skipped`; raise PublishError."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def already_there(target: Target, wheel: Path, version: str, there: str | None, *, skip_existing: bool) -> str:
+    """What a version already on the target means: the same bytes are a success (`unchanged`); other
+    bytes are refused (or, with --skip-existing, `skipped` and refused by the install-back's comparison);
+    unknown bytes (`there` None: the index gives no hash) are `unchanged` until the install-back compares."""
+    if there is None or there == file_sha256(wheel):
+        return UNCHANGED
+    if skip_existing:
+        return "skipped"
+    raise target.fail(f"version {version} is already on {target.label} with other bytes ({wheel.name}: sha256 "
+                      f"{there[:12]}… there, {file_sha256(wheel)[:12]}… here)",
+                      "bump the build (a new local version label) and publish again; the fleet installs the "
+                      "bytes already there")
 
 
 def run(target: Target, cmd: Sequence[str | Path], *, what: str, env: Mapping[str, str], cwd: Path | None = None,
@@ -123,10 +151,10 @@ class TwineBackend:
             return "uploaded"
         outcome = classify_upload_failure(t, wheel, version, output)
         if outcome == "exists":
-            if skip_existing:
-                return "skipped"
-            raise t.fail(f"version {version} is already on {t.label} ({wheel.name})",
-                         "bump the build or pass --skip-existing")
+            # The index refused to overwrite (pypiserver: 409): its simple page says which bytes it holds.
+            project = str(canonicalize_name(parse_wheel_filename(wheel.name)[0]))
+            there = index_page.published_sha256(t, project, wheel.name)
+            return already_there(t, wheel, version, there, skip_existing=skip_existing)
         assert isinstance(outcome, PublishError)
         raise outcome
 
@@ -187,10 +215,7 @@ class StaticDirBackend:
         with _dir_lock(root):
             dest = root / wheel.name
             if dest.exists():
-                if skip_existing:
-                    return "skipped"
-                raise t.fail(f"version {version} is already in {root} ({wheel.name})",
-                             "bump the build or pass --skip-existing")
+                return already_there(t, wheel, version, file_sha256(dest), skip_existing=skip_existing)
             self._add(wheel, dest, created=created)
         return "copied"
 
