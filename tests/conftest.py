@@ -176,6 +176,44 @@ def unpruned_demo_build(demo_build: DemoBuild, tmp_path_factory: pytest.TempPath
     return wheel
 
 
+# A double of the CUDA driver, for `--arch native` on a host without a GPU (no GPU can run here): a real shared
+# library named libcuda.so.1 with the four entry points gpus.present() calls, reporting one GPU per compute
+# capability BK_TEST_GPUS lists ("12.0 8.6"), or CUDA_ERROR_NO_DEVICE from cuInit when it lists none.
+_DRIVER_DOUBLE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+static int gpus(int cc[][2], int max) {
+    const char *s = getenv("BK_TEST_GPUS");
+    int n = 0, used = 0, major, minor;
+    while (s && n < max && sscanf(s, " %d.%d%n", &major, &minor, &used) == 2) {
+        cc[n][0] = major; cc[n][1] = minor; n++; s += used;
+    }
+    return n;
+}
+int cuInit(unsigned flags) { int cc[64][2]; (void)flags; return gpus(cc, 64) ? 0 : 100; }
+int cuDeviceGetCount(int *count) { int cc[64][2]; *count = gpus(cc, 64); return 0; }
+int cuDeviceGet(int *device, int ordinal) { int cc[64][2]; *device = ordinal; return ordinal < gpus(cc, 64) ? 0 : 101; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    int cc[64][2];
+    if (device >= gpus(cc, 64) || (attribute != 75 && attribute != 76)) return 1;
+    *value = cc[device][attribute == 75 ? 0 : 1];
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def driver_double(tmp_path: Path) -> dict[str, str]:
+    """The environment that makes a process load the driver double (compiled here by gcc) as libcuda.so.1;
+    add BK_TEST_GPUS for the GPUs it reports."""
+    folder = tmp_path / "driver-double"
+    folder.mkdir()
+    (folder / "libcuda.c").write_text(_DRIVER_DOUBLE_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
+                    str(folder / "libcuda.c")], check=True, capture_output=True)
+    return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(folder), os.environ.get("LD_LIBRARY_PATH")) if p)}
+
+
 def wheel_with(template: Path, files: dict[str, Path], out: Path) -> Path:
     """A copy of a real wheel in `out` with `files` (member name: local file) replacing its members of the
     same name or added beside them; its other files kept."""

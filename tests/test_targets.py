@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from build_kernel import gpus, recipe, targets
-from build_kernel.archs import Arch, ArchSpellingError
+from build_kernel.archs import Arch
 from build_kernel.errors import RecipeError
 from build_kernel.plan import resolve
 from build_kernel.resources import Resources
@@ -126,27 +126,43 @@ def test_without_nvcc_the_table_is_cuda_13s_and_the_plan_says_so(tmp_path: Path)
     assert "no nvcc found" in kit.source and kit.knows(Arch(12, 1, "a")) and not kit.knows(Arch(13, 0))
 
 
-def test_native_without_a_gpu_names_what_to_pass(tmp_path: Path) -> None:
-    if gpus.present():
-        pytest.skip("this host has a GPU: `native` resolves here (tested on the GPU host)")
+NATIVE_FIX = ("name the archs of the GPUs that will run the wheel instead, e.g. --arch 12.0a (RTX 5090, RTX PRO 6000), "
+              "12.1a (GB10), 10.0a (B200), 9.0a (H100, H200), 8.9 (L40S, RTX 4090), 8.6 (RTX 3090, A10)")
+
+
+def test_native_without_a_driver_names_what_to_pass() -> None:
+    """This host has no NVIDIA driver: the one line saying so and naming what to pass, exit 2."""
+    if gpus.present() is not None:
+        pytest.skip("this host has a CUDA driver: `native` asks it (the driver double below runs everywhere)")
     proc = run_cli("plan", "--recipe", SHIPPED, "--arch", "native")
-    assert proc.returncode == 2
-    [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("error: command line: arch: arch 'native': no")
-    assert "name the archs of the GPUs that will run the wheel instead, e.g. --arch 12.0a (RTX 5090" in line
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"error: command line: arch: arch 'native': no NVIDIA driver (libcuda) on this host; {NATIVE_FIX}\n"
 
 
-def test_native_is_the_gpus_the_driver_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A test double for the driver (no GPU here): two models, reported as gpus.present() does (one per model).
-    monkeypatch.setattr(gpus, "present", lambda: (Arch(12, 0, "a"), Arch(8, 6)))
-    assert targets.native("native") == "12.0a;8.6"
-    assert targets.native("9.0a;native") == "9.0a;12.0a;8.6"
-    plan = resolve(recipe.load(SHIPPED), env={}, arch="native;12.0a", resources=FAKE_RES)
-    assert plan.arch_list == "12.0a;8.6"  # deduplicated
-    assert plan.arch_source == "command line: native;12.0a = 12.0a;8.6;12.0a, the GPUs the driver reports"
-    monkeypatch.setattr(gpus, "present", lambda: ())
-    with pytest.raises(ArchSpellingError, match="the driver reports no GPU"):
-        targets.native("native")
+def _plan_json(env: dict[str, str], arch: str) -> dict[str, object]:
+    proc = run_cli("plan", "--json", "--recipe", SHIPPED, "--arch", arch, env=env)
+    assert proc.returncode == 0, proc.stderr
+    archs: dict[str, object] = json.loads(proc.stdout)["archs"]
+    return archs
+
+
+def test_native_is_the_gpus_the_driver_reports(driver_double: dict[str, str]) -> None:
+    """`native` asks the CUDA driver (libcuda.so.1: cuInit, cuDeviceGetCount, cuDeviceGet, the compute capability
+    attributes). No GPU can run here, so the driver is a double (tests/conftest.py): a real libcuda.so.1 on
+    LD_LIBRARY_PATH reporting the GPUs BK_TEST_GPUS lists. The rest is the real path, run as a user runs it: the
+    CLI loads that library by its soname, one arch per GPU model (`a` from 9.0), the plan's list and its source."""
+    three = {**driver_double, "BK_TEST_GPUS": "12.0 8.6 12.0"}  # two RTX 5090s and an RTX 3090
+    archs = _plan_json(three, "native")
+    assert archs["list"] == ["12.0a", "8.6"] and archs["fp4_archs"] == ["12.0a"]
+    assert archs["source"] == "command line: native = 12.0a;8.6, the GPUs the driver reports"
+    # An H100 (its own 9.0a) and an RTX 5090 among asked archs: in place, the 12.0a asked twice kept once.
+    archs = _plan_json({**driver_double, "BK_TEST_GPUS": "9.0 12.0"}, "8.9;native;12.0a")
+    assert archs["list"] == ["8.9", "9.0a", "12.0a"]
+    assert archs["source"] == "command line: 8.9;native;12.0a = 8.9;9.0a;12.0a;12.0a, the GPUs the driver reports"
+    # A driver that reports no GPU (cuInit: CUDA_ERROR_NO_DEVICE): its own one line, exit 2, nothing planned.
+    none = run_cli("plan", "--recipe", SHIPPED, "--arch", "native", env={**driver_double, "BK_TEST_GPUS": ""})
+    assert (none.returncode, none.stdout) == (2, "")
+    assert none.stderr == f"error: command line: arch: arch 'native': the driver reports no GPU; {NATIVE_FIX}\n"
 
 
 def test_native_in_a_recipe_is_refused_with_the_flag(project: Path) -> None:
@@ -240,14 +256,12 @@ def test_omitted_patches_are_checked_and_shown(project: Path) -> None:
         recipe.load("wrong", project)
 
 
-def test_an_environment_torch_arch_list_is_named_not_read() -> None:
-    # torch's own builds read TORCH_CUDA_ARCH_LIST; containers export old lists (NGC: "5.2 ... 9.0+PTX"): the plan
-    # keeps the recipe's archs and says how to build for the environment's instead.
+def test_an_environment_torch_arch_list_is_read_as_torch_reads_it() -> None:
+    # Issue 66: every PyTorch extension build reads TORCH_CUDA_ARCH_LIST, so this tool does too (below ARCH and
+    # --arch; tests/test_arch_spellings.py has the whole order). A container's old list (NGC: "5.2 ... 9.0+PTX")
+    # is then refused with the way to set it aside.
     shipped = recipe.load(SHIPPED)
     plan = resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "8.6;9.0+PTX"}, resources=FAKE_RES)
-    assert plan.arch_list == "12.0a"
-    assert plan.arch_source == ("recipe; environment TORCH_CUDA_ARCH_LIST=8.6;9.0+PTX not read: pass --arch "
-                                "'8.6;9.0+PTX' to build for it")
-    assert resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "12.0a"}, resources=FAKE_RES).arch_source == "recipe"
+    assert plan.arch_list == "8.6;9.0+PTX" and plan.arch_source == "environment TORCH_CUDA_ARCH_LIST"
     assert resolve(shipped, env={"TORCH_CUDA_ARCH_LIST": "9.0a"}, arch="9.0a", resources=FAKE_RES).arch_source == \
         "command line"
