@@ -17,7 +17,7 @@ def arch_of(major: int, minor: int) -> Arch:
 
 def present() -> tuple[Arch, ...] | None:
     """One arch per distinct GPU model here; None when there is no driver to ask."""
-    from build_kernel.driver_stub import SONAME  # here: it reads ELF files (pyelftools), which a plan never needs
+    from build_kernel.cuda_driver import SONAME  # here: it reads ELF files (pyelftools), which a plan never needs
 
     try:
         cuda = ctypes.CDLL(SONAME)

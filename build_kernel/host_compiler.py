@@ -5,7 +5,8 @@ CMake links C++ shared libraries with the C++ compiler (`CMAKE_CXX_COMPILER`, el
 else `CUDAHOSTCXX`, else the compiler nvcc runs by default: `NVCC_CCBIN`, else `g++` on PATH).
 Either one may link libstdc++ statically (a GCC installed with only `libstdc++.a`, as on one GPU
 host: `CUDAHOSTCXX=/opt/gcc/bin/g++`); then every library carries its own libstdc++, and its C++
-streams crash beside torch's libstdc++.so.6. So each one is probed before configure.
+streams crash beside torch's libstdc++.so.6. So each one is probed before configure: it links a
+probe library (`check_cxx_runtime`), and nvcc is asked whether it accepts it (`check_host_compiler`).
 
 `[toolchain] host_compiler`: `auto` (default) keeps the environment's compilers when they link
 libstdc++ shared and otherwise picks one that does, accepted by nvcc, and says which; `environment`
@@ -15,12 +16,14 @@ refuses instead, naming the variable and a working compiler; a path uses that co
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from build_kernel import toolchain
+from build_kernel import process
+from build_kernel.errors import ToolchainError
 from build_kernel.process import which
 
 SETTINGS = ("auto", "environment")
@@ -79,6 +82,72 @@ def linkers(env: Mapping[str, str], defines: Mapping[str, str]) -> list[Linker]:
     return [cxx, cuda]
 
 
+# Flags CMake takes from the environment at configure (CMAKE_<LANG>_FLAGS_INIT, *_LINKER_FLAGS_INIT).
+_FLAG_VARIABLES = ("LDFLAGS", "CXXFLAGS", "CFLAGS", "CUDAFLAGS")
+
+
+_PROBE_SOURCE = "#include <sstream>\nint probe(int v) { std::ostringstream o; o << v; return (int)o.str().size(); }\n"
+
+
+def static_flag_problem(env: Mapping[str, str]) -> str | None:
+    """-static-libstdc++ (or -static) in the flags CMake takes from the environment, named."""
+    for name in _FLAG_VARIABLES:
+        if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
+            return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
+                    f"torch's libstdc++.so.6; unset it or remove {bad[0]} (e.g. `env -u {name} build-kernel ...`)")
+    return None
+
+
+def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
+    """Whether the libraries would link libstdc++ shared, as torch does.
+
+    A library linked with libstdc++.a exports its own copy, which mixes with torch's
+    libstdc++.so.6 at run time: its C++ streams crash (verify's `carries its own libstdc++`).
+    -static-libstdc++ (or -static) in the flags CMake takes from the environment is named
+    first; otherwise a shared library is linked here with the compiler and those flags (a
+    wrapper, a specs file or a compiler without libstdc++.so links it in just the same)."""
+    from build_kernel.stages.verify.diagnose import embedded_libstdcxx  # ELF reading lives with verify
+
+    if problem := static_flag_problem(env):
+        return problem
+    compiler = cxx or which("c++", env.get("PATH")) or which("g++", env.get("PATH"))
+    if not compiler:
+        return None  # no compiler: the host-compiler check says so
+    with tempfile.TemporaryDirectory(prefix="bk-cxx-") as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "libprobe.so"
+        src.write_text(_PROBE_SOURCE)
+        flags = [*env.get("CXXFLAGS", "").split(), "-shared", "-fPIC", str(src), "-o", str(lib),
+                 *env.get("LDFLAGS", "").split()]
+        if process.probe([compiler, *flags], env=dict(env)) is None or not lib.exists():
+            return None  # it cannot link at all: configure says why, with the compiler's own words
+        if not embedded_libstdcxx(lib):
+            return None
+    found = (process.probe([compiler, "-print-file-name=libstdc++.so"], env=dict(env), merge=False) or "").strip()
+    why = (f"it finds no libstdc++.so (`-print-file-name=libstdc++.so` prints {found!r}): install the compiler's "
+           "libstdc++ development files (e.g. libstdc++-13-dev)" if not Path(found).is_absolute() else
+           "its specs or a wrapper add -static-libstdc++: use a compiler that links libstdc++ shared (set CXX)")
+    return (f"{compiler} links libstdc++ into shared libraries (a probe library exports std::locale), so every "
+            f"library would carry its own, whose streams crash beside torch's libstdc++.so.6; {why}")
+
+
+def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """Ask nvcc itself whether it accepts the host compiler (its host_config.h decides).
+
+    `env`: the environment nvcc runs in (None: this process's)."""
+    cmd = [nvcc, "-x", "cu", "-E", "-", "-o", os.devnull]
+    if cxx:
+        cmd[1:1] = ["-ccbin", cxx]
+    try:
+        proc = process.run(cmd, error=ToolchainError, what=f"nvcc could not run the host compiler {cxx or 'default'}",
+                           env=env, stdin="", timeout=60, check=False)
+    except ToolchainError as exc:  # nvcc missing or hanging: that is the answer
+        return exc.render()
+    if proc.returncode == 0:
+        return None
+    reason = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
+    return f"nvcc rejects host compiler {cxx or 'default'}: {reason.strip()} (install a supported gcc and set CXX / CUDAHOSTCXX)"
+
+
 def _candidates(env: Mapping[str, str], bad: set[str]) -> list[str]:
     """Other C++ compilers on this host, the distribution's first (it links libstdc++ shared)."""
     found = ["/usr/bin/g++", _resolve("g++", env), _resolve("c++", env),
@@ -92,8 +161,8 @@ def _candidates(env: Mapping[str, str], bad: set[str]) -> list[str]:
 
 def _working(compiler: str, env: Mapping[str, str], nvcc: str | None) -> str | None:
     """Why `compiler` cannot link the libraries (None: it can)."""
-    return toolchain.check_cxx_runtime(compiler, env) or (
-        toolchain.check_host_compiler(nvcc, compiler, env=env) if nvcc else None)
+    return check_cxx_runtime(compiler, env) or (
+        check_host_compiler(nvcc, compiler, env=env) if nvcc else None)
 
 
 def _sibling_cc(cxx: str) -> str | None:
@@ -107,7 +176,7 @@ def resolve(setting: str, env: Mapping[str, str], defines: Mapping[str, str], nv
     """Probe each linker (a real shared-library link); keep, replace or refuse them per `setting`."""
     found = linkers(env, defines)
     res = Resolution(setting, found)
-    flags = toolchain.static_flag_problem(env)
+    flags = static_flag_problem(env)
     if flags:  # no other compiler helps: the flags themselves link libstdc++ in
         res.problems.append(flags)
         return res
@@ -129,7 +198,7 @@ def resolve(setting: str, env: Mapping[str, str], defines: Mapping[str, str], nv
             continue
         real = os.path.realpath(linker.path)
         if real not in probed:
-            probed[real] = toolchain.check_cxx_runtime(linker.path, env)
+            probed[real] = check_cxx_runtime(linker.path, env)
         if why := probed[real]:
             broken[linker] = why
     if not broken:

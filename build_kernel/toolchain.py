@@ -1,7 +1,8 @@
 """What compilers and tools are installed, and whether they can build the recipe.
 
 `detect` gathers facts (used by `doctor` and provenance); `preflight` turns them into
-one-line errors with the fix, before any compile starts.
+one-line errors with the fix, before any compile starts. Whether a compiler links the
+libraries well (its C++ runtime, nvcc's acceptance) is probed in host_compiler.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -255,72 +255,6 @@ def preflight(facts: Facts, archs: tuple[Arch, ...], *, cmake_spec: str, want_cu
     if series is not None and (cxx := cxx_standard_problem(facts, series, commit)):
         problems.append(cxx)
     return problems
-
-
-def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | None = None) -> str | None:
-    """Ask nvcc itself whether it accepts the host compiler (its host_config.h decides).
-
-    `env`: the environment nvcc runs in (None: this process's)."""
-    cmd = [nvcc, "-x", "cu", "-E", "-", "-o", os.devnull]
-    if cxx:
-        cmd[1:1] = ["-ccbin", cxx]
-    try:
-        proc = process.run(cmd, error=ToolchainError, what=f"nvcc could not run the host compiler {cxx or 'default'}",
-                           env=env, stdin="", timeout=60, check=False)
-    except ToolchainError as exc:  # nvcc missing or hanging: that is the answer
-        return exc.render()
-    if proc.returncode == 0:
-        return None
-    reason = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
-    return f"nvcc rejects host compiler {cxx or 'default'}: {reason.strip()} (install a supported gcc and set CXX / CUDAHOSTCXX)"
-
-
-# Flags CMake takes from the environment at configure (CMAKE_<LANG>_FLAGS_INIT, *_LINKER_FLAGS_INIT).
-_FLAG_VARIABLES = ("LDFLAGS", "CXXFLAGS", "CFLAGS", "CUDAFLAGS")
-
-
-_PROBE_SOURCE = "#include <sstream>\nint probe(int v) { std::ostringstream o; o << v; return (int)o.str().size(); }\n"
-
-
-def static_flag_problem(env: Mapping[str, str]) -> str | None:
-    """-static-libstdc++ (or -static) in the flags CMake takes from the environment, named."""
-    for name in _FLAG_VARIABLES:
-        if bad := [f for f in env.get(name, "").split() if f in ("-static-libstdc++", "-static")]:
-            return (f"{name} has {bad[0]}: every library would carry its own libstdc++, whose streams crash beside "
-                    f"torch's libstdc++.so.6; unset it or remove {bad[0]} (e.g. `env -u {name} build-kernel ...`)")
-    return None
-
-
-def check_cxx_runtime(cxx: str | None, env: Mapping[str, str]) -> str | None:
-    """Whether the libraries would link libstdc++ shared, as torch does.
-
-    A library linked with libstdc++.a exports its own copy, which mixes with torch's
-    libstdc++.so.6 at run time: its C++ streams crash (verify's `carries its own libstdc++`).
-    -static-libstdc++ (or -static) in the flags CMake takes from the environment is named
-    first; otherwise a shared library is linked here with the compiler and those flags (a
-    wrapper, a specs file or a compiler without libstdc++.so links it in just the same)."""
-    from build_kernel.stages.verify.diagnose import embedded_libstdcxx  # ELF reading lives with verify
-
-    if problem := static_flag_problem(env):
-        return problem
-    compiler = cxx or which("c++", env.get("PATH")) or which("g++", env.get("PATH"))
-    if not compiler:
-        return None  # no compiler: the host-compiler check says so
-    with tempfile.TemporaryDirectory(prefix="bk-cxx-") as tmp:
-        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "libprobe.so"
-        src.write_text(_PROBE_SOURCE)
-        flags = [*env.get("CXXFLAGS", "").split(), "-shared", "-fPIC", str(src), "-o", str(lib),
-                 *env.get("LDFLAGS", "").split()]
-        if process.probe([compiler, *flags], env=dict(env)) is None or not lib.exists():
-            return None  # it cannot link at all: configure says why, with the compiler's own words
-        if not embedded_libstdcxx(lib):
-            return None
-    found = (process.probe([compiler, "-print-file-name=libstdc++.so"], env=dict(env), merge=False) or "").strip()
-    why = (f"it finds no libstdc++.so (`-print-file-name=libstdc++.so` prints {found!r}): install the compiler's "
-           "libstdc++ development files (e.g. libstdc++-13-dev)" if not Path(found).is_absolute() else
-           "its specs or a wrapper add -static-libstdc++: use a compiler that links libstdc++ shared (set CXX)")
-    return (f"{compiler} links libstdc++ into shared libraries (a probe library exports std::locale), so every "
-            f"library would carry its own, whose streams crash beside torch's libstdc++.so.6; {why}")
 
 
 def require(problems: list[str]) -> None:

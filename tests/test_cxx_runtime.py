@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import toolchain
+from build_kernel import host_compiler
 from build_kernel.stages.verify import diagnose
 from tests.conftest import DemoBuild, run_cli, wheel_with
 
@@ -69,11 +69,11 @@ def test_verify_fails_a_wheel_whose_library_carries_libstdcxx(demo_build: DemoBu
 
 def test_preflight_refuses_static_libstdcxx_in_the_flags_cmake_reads() -> None:
     env = {**os.environ, "LDFLAGS": "-O2 -static-libstdc++"}
-    problem = toolchain.check_cxx_runtime(shutil.which("g++"), env)
+    problem = host_compiler.check_cxx_runtime(shutil.which("g++"), env)
     assert problem is not None and problem.startswith("LDFLAGS has -static-libstdc++: ")
     assert "unset it or remove -static-libstdc++" in problem
-    assert toolchain.check_cxx_runtime(shutil.which("g++"), {**os.environ, "CXXFLAGS": "-static"})
-    assert toolchain.check_cxx_runtime(shutil.which("g++"), {**os.environ, "LDFLAGS": "-static-libgcc -O2"}) is None
+    assert host_compiler.check_cxx_runtime(shutil.which("g++"), {**os.environ, "CXXFLAGS": "-static"})
+    assert host_compiler.check_cxx_runtime(shutil.which("g++"), {**os.environ, "LDFLAGS": "-static-libgcc -O2"}) is None
 
 
 def _wrapper(tmp_path: Path, name: str, print_file_name: bool) -> Path:
@@ -90,14 +90,14 @@ def _wrapper(tmp_path: Path, name: str, print_file_name: bool) -> Path:
 
 def test_preflight_refuses_a_compiler_that_links_libstdcxx_in(tmp_path: Path) -> None:
     missing = _wrapper(tmp_path, "g++-nolib", print_file_name=True)
-    problem = toolchain.check_cxx_runtime(str(missing), dict(os.environ))
+    problem = host_compiler.check_cxx_runtime(str(missing), dict(os.environ))
     assert problem is not None and problem.startswith(f"{missing} links libstdc++ into shared libraries (")
     assert "it finds no libstdc++.so (`-print-file-name=libstdc++.so` prints 'libstdc++.so')" in problem
     specs = _wrapper(tmp_path, "g++-specs", print_file_name=False)
-    problem = toolchain.check_cxx_runtime(str(specs), dict(os.environ))
+    problem = host_compiler.check_cxx_runtime(str(specs), dict(os.environ))
     assert problem is not None and "its specs or a wrapper add -static-libstdc++" in problem
     # The compiler as installed here links it shared, as torch does.
-    assert toolchain.check_cxx_runtime(shutil.which("g++"), dict(os.environ)) is None
+    assert host_compiler.check_cxx_runtime(shutil.which("g++"), dict(os.environ)) is None
 
 
 def test_build_stops_before_configure_on_static_libstdcxx(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import driver_stub
+from build_kernel import cuda_driver
 from build_kernel.archs import parse_arch_list
 from build_kernel.recipe import Verify
 from build_kernel.stages.verify import checks as verify
@@ -42,13 +42,13 @@ STATUS = _lib.probe()
 
 @pytest.fixture(scope="module")
 def driver_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if driver_stub.driver_loadable():
+    if cuda_driver.driver_loadable():
         pytest.skip("this host has a CUDA driver: nothing to stand in for")
     nvcc = find_nvcc(os.environ)
     if not nvcc:
         pytest.skip("needs nvcc (CUDA_HOME, PATH or /usr/local/cuda*) to compile the probe library: none found")
     tmp = tmp_path_factory.mktemp("drv")
-    link_stub = driver_stub.make_stub(["cuInit", "cuDeviceGetCount"], tmp)
+    link_stub = cuda_driver.make_stub(["cuInit", "cuDeviceGetCount"], tmp)
     (tmp / "libcuda.so").symlink_to(link_stub)
     (tmp / "probe.cu").write_text(PROBE_CU)
     lib = tmp / "libprobe.so"
@@ -84,20 +84,20 @@ def test_stub_exports_exactly_the_imported_driver_symbols(driver_wheel: Path, tm
     with zipfile.ZipFile(driver_wheel) as zf:
         zf.extractall(tmp_path)
     libs = [tmp_path / "drvprobe/libprobe.so"]
-    assert driver_stub.needs_driver(libs) == libs
-    assert driver_stub.driver_symbols(libs) == ["cuDeviceGetCount", "cuInit"]
+    assert cuda_driver.needs_driver(libs) == libs
+    assert cuda_driver.driver_symbols(libs) == ["cuDeviceGetCount", "cuInit"]
 
 
 def test_a_failing_c_compiler_is_one_line_verify_error(tmp_path: Path) -> None:
     from build_kernel.errors import VerifyError
 
     with pytest.raises(VerifyError) as exc:
-        driver_stub.make_stub(["cuInit"], tmp_path, cc=str(tmp_path / "no-cc"))
+        cuda_driver.make_stub(["cuInit"], tmp_path, cc=str(tmp_path / "no-cc"))
     assert str(exc.value) == f"compiling a stand-in libcuda: {tmp_path / 'no-cc'} not found (install a C compiler (cc))"
     broken = tmp_path / "cc"
     broken.write_text("#!/bin/sh\necho 'cc: internal error' >&2\nexit 4\n")
     broken.chmod(0o755)
     with pytest.raises(VerifyError) as exc:
-        driver_stub.make_stub(["cuInit"], tmp_path, cc=str(broken))
+        cuda_driver.make_stub(["cuInit"], tmp_path, cc=str(broken))
     text = str(exc.value)
     assert "\n" not in text and text.startswith("compiling a stand-in libcuda: `") and "exited 4: cc: internal error" in text

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from build_kernel import driver_stub, toolchain
+from build_kernel import cuda_driver, toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ToolchainError
 from build_kernel.recipe import Verify
 from build_kernel.recipe.model import SystemDep
-from build_kernel.stages.builder import driver_link, system_deps
+from build_kernel.stages.builder import system_deps
 from build_kernel.stages.verify import checks as verify
 from tests.conftest import REPO_ROOT, DemoBuild, demo_recipe_text, run_cli, write_recipe
 
@@ -109,7 +109,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "LIBRARY_PATH"}  # the C comp
 
 def _cuda_h() -> Path:
     home = toolchain.detect(sys.executable, os.environ).cuda_home
-    header = driver_stub.find_header([Path(home)]) if home else None
+    header = cuda_driver.find_header([Path(home)]) if home else None
     if header is None:
         pytest.skip("needs a CUDA toolkit with include/cuda.h")
     return header
@@ -120,8 +120,8 @@ def test_no_libcuda_anywhere_gives_a_stub_of_every_header_entry_point(tmp_path: 
     toolkit = tmp_path / "toolkit"
     (toolkit / "include").mkdir(parents=True)
     shutil.copy(header, toolkit / "include" / "cuda.h")
-    link = driver_link.provide(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
-    stub = Path(link.defines[driver_link.DEFINE])
+    link = cuda_driver.for_link(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
+    stub = Path(link.defines[cuda_driver.DEFINE])
     assert stub.name == "libcuda.so" and stub.resolve().name == "libcuda.so.1" and "linking a stub" in link.why[0]
     with stub.open("rb") as fh:
         elf = ELFFile(fh)
@@ -133,7 +133,7 @@ def test_no_libcuda_anywhere_gives_a_stub_of_every_header_entry_point(tmp_path: 
     folder = Path(link.env["LIBRARY_PATH"])
     assert (folder / "libcuda.so").resolve() == stub.resolve()
     # Made once, kept in the cache: a second build reuses it, nothing partial is left.
-    again = driver_link.provide(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
+    again = cuda_driver.for_link(tmp_path / "cache", [toolkit], {}, env=ENV, system_dirs=())
     assert again.defines == link.defines and again.env == link.env
     assert [p for p in (tmp_path / "cache").rglob("*") if ".partial-" in p.name] == []
 
@@ -150,7 +150,7 @@ def test_libraries_linked_by_name_come_from_torchs_cuda_wheels(tmp_path: Path) -
     toolkit = tmp_path / "toolkit"
     (toolkit / "lib64").mkdir(parents=True)
     (toolkit / "lib64" / "libnvrtc.so").write_bytes(b"")  # the toolkit's own wins
-    link = driver_link.provide(tmp_path / "cache", [toolkit], {}, env={"LIBRARY_PATH": "/opt/x"}, torch_nvidia=nvidia,
+    link = cuda_driver.for_link(tmp_path / "cache", [toolkit], {}, env={"LIBRARY_PATH": "/opt/x"}, torch_nvidia=nvidia,
                                system_dirs=(str(system),))
     folder, rest = link.env["LIBRARY_PATH"].split(os.pathsep)
     assert rest == "/opt/x" and link.defines == {}
@@ -163,30 +163,30 @@ def test_a_libcuda_the_link_finds_means_no_stub(tmp_path: Path) -> None:
     system = tmp_path / "lib"
     system.mkdir()
     (system / "libcuda.so").write_bytes(b"")
-    link = driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=(str(system),))
+    link = cuda_driver.for_link(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=(str(system),))
     assert link.defines == {} and link.env == {} and str(system / "libcuda.so") in link.why[0]
     assert not (tmp_path / "cache").exists()
     # The toolkit's stubs/ is off the linker's own path: `-lcuda` gets it through the link folder.
     stubs = tmp_path / "toolkit" / "lib64" / "stubs"
     stubs.mkdir(parents=True)
     (stubs / "libcuda.so").write_bytes(b"")
-    found = driver_link.provide(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=())
+    found = cuda_driver.for_link(tmp_path / "cache", [tmp_path / "toolkit"], {}, env=ENV, system_dirs=())
     assert found.defines == {} and (Path(found.env["LIBRARY_PATH"]) / "libcuda.so").resolve() == (stubs / "libcuda.so")
-    given = driver_link.provide(tmp_path / "cache2", [], {driver_link.DEFINE: "/opt/x/libcuda.so"}, env={},
+    given = cuda_driver.for_link(tmp_path / "cache2", [], {cuda_driver.DEFINE: "/opt/x/libcuda.so"}, env={},
                                 system_dirs=())
     assert given.defines == {} and given.env == {} and "given" in given.why[0]
 
 
 def test_no_libcuda_and_no_cuda_h_is_one_line_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as exc:
-        driver_link.provide(tmp_path / "cache", [tmp_path / "empty"], {}, env=ENV, system_dirs=())
+        cuda_driver.for_link(tmp_path / "cache", [tmp_path / "empty"], {}, env=ENV, system_dirs=())
     text = exc.value.render()
     assert "\n" not in text and "no libcuda.so to link" in text and "CUDA_cuda_driver_LIBRARY" in text
     assert not (tmp_path / "cache" / "driver-stub").exists() or not any((tmp_path / "cache" / "driver-stub").iterdir())
 
 
 def test_demo_build_linked_the_driver_through_the_stub_and_ships_no_libcuda(demo_build: DemoBuild) -> None:
-    if driver_stub.linkable([Path(p) for p in ("/usr/local/cuda",) if Path(p).is_dir()]):
+    if cuda_driver.linkable([Path(p) for p in ("/usr/local/cuda",) if Path(p).is_dir()]):
         pytest.skip("this host has a libcuda.so to link: the stub is not used")
     assert "linking a stub of the" in demo_build.output and "linked by name from torch's CUDA wheels" in demo_build.output
     with zipfile.ZipFile(demo_build.wheel) as zf:
@@ -205,7 +205,7 @@ def test_demo_build_linked_the_driver_through_the_stub_and_ships_no_libcuda(demo
 def test_verify_refuses_a_wheel_that_carries_a_libcuda(demo_build: DemoBuild, tmp_path: Path) -> None:
     wheel = tmp_path / demo_build.wheel.name
     shutil.copy(demo_build.wheel, wheel)
-    stub = driver_stub.make_stub(["cuInit"], tmp_path)  # a real shared library, as a link stub is
+    stub = cuda_driver.make_stub(["cuInit"], tmp_path)  # a real shared library, as a link stub is
     with zipfile.ZipFile(wheel, "a") as zf:
         zf.write(stub, "minikernel/lib/libcuda.so.1")
     report = verify.verify(wheel, Verify(), parse_arch_list("12.0a"), env=os.environ, static=True)

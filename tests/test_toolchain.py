@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import toolchain
+from build_kernel import host_compiler, toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import ToolchainError
 from build_kernel.resources import Resources, cgroup_cpu_quota, cgroup_memory_headroom, plan_jobs
@@ -149,13 +149,13 @@ def test_host_compiler_rejected_by_nvcc(facts: toolchain.Facts, tmp_path: Path) 
     fake.write_text(f"#!/bin/sh\nexec {shutil.which('g++')} -D__GNUC__=99 -Wno-builtin-macro-redefined \"$@\"\n")
     fake.chmod(0o755)
     assert facts.nvcc
-    problem = toolchain.check_host_compiler(facts.nvcc, str(fake))
+    problem = host_compiler.check_host_compiler(facts.nvcc, str(fake))
     assert problem and problem.startswith(f"nvcc rejects host compiler {fake}") and "GNU" in problem
-    assert toolchain.check_host_compiler(facts.nvcc, shutil.which("g++")) is None
+    assert host_compiler.check_host_compiler(facts.nvcc, shutil.which("g++")) is None
 
 
 def test_host_compiler_check_without_nvcc_is_one_line(tmp_path: Path) -> None:
-    problem = toolchain.check_host_compiler(str(tmp_path / "no-nvcc"), "g++")
+    problem = host_compiler.check_host_compiler(str(tmp_path / "no-nvcc"), "g++")
     assert problem == f"nvcc could not run the host compiler g++: {tmp_path / 'no-nvcc'} not found (install no-nvcc or put it on PATH)"
     with pytest.raises(ToolchainError) as exc:
         toolchain.require([problem])

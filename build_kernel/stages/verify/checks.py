@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from build_kernel import driver_stub, import_probe, toolchain
+from build_kernel import cuda_driver, import_probe, toolchain
 from build_kernel.archs import Arch
 from build_kernel.errors import VerifyError
 from build_kernel.recipe import Verify
@@ -68,7 +68,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         _cuda_linked(report, libs, want_cuda)
         _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
-        stub_dir, report.driver = driver_stub.provide(libs, tmp / "driver", cuda_home, env=env)
+        stub_dir, report.driver = cuda_driver.for_load(libs, tmp / "driver", cuda_home, env=env)
         torch_only = _links(report, site, libs, python, env, stub_dir, static)
         if not static:
             _import_check(report, wheel, site, spec, archs, python, gpu_check, tmp, stub_dir, env)
@@ -149,7 +149,7 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
 def _no_driver(report: Report, wheel: Path) -> None:
     """A libcuda in the wheel (a build's link stub, a bundled driver) would shadow the GPU's own driver."""
     with zipfile.ZipFile(wheel) as zf:
-        carried = [n for n in zf.namelist() if driver_stub.is_driver(Path(n).name)]
+        carried = [n for n in zf.namelist() if cuda_driver.is_driver(Path(n).name)]
     if carried:
         report.failures.append(f"the wheel carries {', '.join(carried)}: a CUDA driver library must come from the GPU's "
                                "driver, never the wheel (rebuild; a link stub belongs outside the install tree)")
