@@ -19,18 +19,20 @@ from typing import Any
 import git
 from packaging.version import Version
 
-from build_kernel import compile_cache, cuda_driver, host_compiler, log, toolchain
+from build_kernel import compile_cache, host_compiler, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
 from build_kernel.stages.builder import (
     backends,
     cache,
+    driver_link,
     key_history,
     provenance,
     runner,
     scheduling,
     system_deps,
     toolkit,
+    trace,
 )
 from build_kernel.stages.builder.cache import BuildResult
 from build_kernel.stages.fetch.workspace import Tree
@@ -77,7 +79,7 @@ def _preflight(plan: Plan, selected: toolkit.Selected, defines: Mapping[str, str
     for line in linkers.why:
         log.info(line)
     host = linkers.chosen or next((lk.path for lk in linkers.linkers if lk.role == host_compiler.CUDA_ROLE), None)
-    problem = host_compiler.check_host_compiler(facts.nvcc, host, env=environ) if facts.nvcc else None
+    problem = toolchain.check_host_compiler(facts.nvcc, host, env=environ) if facts.nvcc else None
     toolchain.require([problem] if problem else [])
     # Before configure: CMake would stop on it minutes in (mscclpp: "Could NOT find NUMA").
     toolchain.require(system_deps.problems(plan.recipe.system, environ))
@@ -107,8 +109,8 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     defines = {**defines, **linkers.defines}
     # After the key, as the launcher: what the link resolves the driver to is not in the wheel.
     nvidia = Path(selected.facts.torch_nvidia_dir) if selected.facts.torch_nvidia_dir else None
-    link = cuda_driver.for_link(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
-                                torch_nvidia=nvidia)
+    link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
+                               torch_nvidia=nvidia)
     for line in link.why:
         log.info(line)
     session = compile_cache.open_session(plan, python, log_path)
@@ -163,11 +165,21 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         env["PATH"] = ":".join([*how.path_first, env.get("PATH", "")])
         return env
 
-    with scheduling.running(sched) as sched_env:
-        attempts = runner.build_with_retries(
-            cmd, lambda jobs: env_for(jobs, sched_env), cwd=work,
-            log_path=log_path, jobs=plan.jobs.jobs, max_oom_retries=plan.recipe.build.max_oom_retries,
-            eta=scheduling.eta(plan, sched.tus, plan.jobs.jobs, work) if any(t.wall_s for t in sched.tus) else None)
+    def timeline() -> Path | None:
+        return trace.leave(scheduling.db_path(plan), project=scheduling.plan_project(plan), since=started.timestamp(),
+                           folder=work, path=log_path.with_suffix(".trace.json"), name=f"{plan.recipe.name} {key}")
+
+    try:
+        with scheduling.running(sched) as sched_env:
+            attempts = runner.build_with_retries(
+                cmd, lambda jobs: env_for(jobs, sched_env), cwd=work,
+                log_path=log_path, jobs=plan.jobs.jobs, max_oom_retries=plan.recipe.build.max_oom_retries,
+                eta=scheduling.eta(plan, sched.tus, plan.jobs.jobs, work) if any(t.wall_s for t in sched.tus) else None)
+    except Exception:
+        if (failed := timeline()) is not None:  # a failed build's timeline (an OOM kill's) is the one most wanted
+            log.info(f"compile timeline: {failed} (Perfetto, chrome://tracing)")
+        raise
+    traced = timeline()
     [wheel] = list(dist.glob("*.whl"))
     backends.check_version(wheel, version)
     if (cache_stats := launcher.stats() if launcher else None) is not None:
@@ -190,6 +202,8 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     }
     packed = provenance.inject(wheel, python, record, work, log_path)
     out = cache.deliver(plan, cache.store(plan, key, packed, record))
+    if traced is not None:
+        log.info(f"compile timeline: {traced} (Perfetto, chrome://tracing)")
     return BuildResult(out, version, False, key, log_path, attempts.jobs, attempts.oom_kills, record)
 
 
