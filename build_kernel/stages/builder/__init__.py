@@ -19,13 +19,12 @@ from typing import Any
 import git
 from packaging.version import Version
 
-from build_kernel import compile_cache, host_compiler, log, toolchain
+from build_kernel import compile_cache, cuda_driver, host_compiler, log, toolchain
 from build_kernel.plan import Plan
 from build_kernel.stages import Context, Done
 from build_kernel.stages.builder import (
     backends,
     cache,
-    driver_link,
     key_history,
     provenance,
     runner,
@@ -79,7 +78,7 @@ def _preflight(plan: Plan, selected: toolkit.Selected, defines: Mapping[str, str
     for line in linkers.why:
         log.info(line)
     host = linkers.chosen or next((lk.path for lk in linkers.linkers if lk.role == host_compiler.CUDA_ROLE), None)
-    problem = toolchain.check_host_compiler(facts.nvcc, host, env=environ) if facts.nvcc else None
+    problem = host_compiler.check_host_compiler(facts.nvcc, host, env=environ) if facts.nvcc else None
     toolchain.require([problem] if problem else [])
     # Before configure: CMake would stop on it minutes in (mscclpp: "Could NOT find NUMA").
     toolchain.require(system_deps.problems(plan.recipe.system, environ))
@@ -109,8 +108,8 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     defines = {**defines, **linkers.defines}
     # After the key, as the launcher: what the link resolves the driver to is not in the wheel.
     nvidia = Path(selected.facts.torch_nvidia_dir) if selected.facts.torch_nvidia_dir else None
-    link = driver_link.provide(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
-                               torch_nvidia=nvidia)
+    link = cuda_driver.for_link(plan.cache_dir, toolkit.roots(selected), defines, env=selected.environ(plan.env),
+                                torch_nvidia=nvidia)
     for line in link.why:
         log.info(line)
     session = compile_cache.open_session(plan, python, log_path)
