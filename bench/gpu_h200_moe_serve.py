@@ -43,7 +43,8 @@ FAMILIES = {
     "rotary": r"rope|rotary",
     "activation": r"silu_and_mul|gelu_and_mul",
     "sampling": r"sampling|renorm|min_p|top_k_mask",
-    "attention": r"prefill|decode|attention|merge_state|flash_attn|fwd_",
+    # FA3's op is sgl_kernel's flash_ops `fwd` (`sgl_kernel::fwd`, `sgl_kernel.fwd` by module): the whole name.
+    "attention": r"prefill|decode|attention|merge_state|flash_attn|fwd_|(?:::|\.)fwd$",
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,6 +33,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from build_kernel.stages.verify import cubins, prune_proof
 
+# The pruning's defines (patches/*/0005-prune-arch-dispatch.patch and the miniature's 0006): `<PREFIX>ARCH_PRUNED=1`
+# and one `<PREFIX>_ARCH_SM<family>=1` per family kept (sgl-kernel's SGL_KERNEL_/SGL_, the miniature's MINIKERNEL_).
+# Without them the arch-prune header turns every family on; `<PREFIX>ARCHS="sm_90a"` (the message's text) stays.
+PRUNING = re.compile(r"^-D\w*ARCH_PRUNED=1$|^-D\w*_ARCH_SM\w+=1$")
+
+THE_TU = "the TU's other kernels: all families = unpruned != pruned"
+NOT_THE_TU = "not explained by the TU: all families != unpruned"
+SAME = "pruned = unpruned here"
+PRUNED_AWAY = "not in the pruned object: pruned away"
+
 
 def all_families_command(build: Path, obj: str, out: Path) -> list[str]:
     """The pruned build's compile of `obj` (ninja's own command, the recorder's launcher dropped), every family on."""
@@ -40,9 +51,30 @@ def all_families_command(build: Path, obj: str, out: Path) -> list[str]:
                           check=True).stdout.strip().splitlines()[-1]
     argv = shlex.split(line)
     argv = argv[argv.index("--") + 1:] if "--" in argv else argv
-    argv = [a for a in argv if a != "-DSGL_KERNEL_ARCH_PRUNED=1" and not a.startswith("-DSGL_ARCH_")]
+    argv = [a for a in argv if not PRUNING.match(a)]
     argv[argv.index("-o") + 1] = str(out)
     return argv
+
+
+def verdict(d: dict[str, str | None]) -> str:
+    """What the three digests of one function (pruned, unpruned, all_families) say."""
+    if d["pruned"] is None and d["unpruned"] is not None:
+        return PRUNED_AWAY
+    if d["all_families"] == d["unpruned"] != d["pruned"]:
+        return THE_TU
+    if d["all_families"] != d["unpruned"]:
+        return NOT_THE_TU
+    return SAME
+
+
+def compare(objs: dict[str, Path], names: list[str], tool: str) -> list[dict[str, Any]]:
+    """Per function: its normalised-SASS digest in each object (None where absent) and the verdict."""
+    seen = {k: digests(p, names, tool) for k, p in objs.items()}
+    rows: list[dict[str, Any]] = []
+    for n in names:
+        d = {k: seen[k][n] for k in objs}
+        rows.append({"function": n, "digests": d, "verdict": verdict(d)})
+    return rows
 
 
 def digests(obj: Path, names: list[str], tool: str) -> dict[str, str | None]:
@@ -75,15 +107,7 @@ def main() -> None:
     tool = cubins.cuobjdump(os.environ)
     objs = {"pruned": args.pruned_build / args.object, "unpruned": args.unpruned_build / args.object,
             "all_families": rebuilt}
-    seen = {k: digests(p, names, tool) for k, p in objs.items()}
-    rows: list[dict[str, Any]] = []
-    for n in names:
-        d = {k: seen[k][n] for k in objs}
-        verdict = ("the TU's other kernels: all families = unpruned != pruned"
-                   if d["all_families"] == d["unpruned"] != d["pruned"] else
-                   "not explained by the TU: all families != unpruned" if d["all_families"] != d["unpruned"] else
-                   "pruned = unpruned here")
-        rows.append({"function": n, "digests": d, "verdict": verdict})
+    rows = compare(objs, names, tool)
     out = {"what": __doc__.splitlines()[0], "object": args.object, "proof": str(args.proof),
            "command": shlex.join(argv), "functions": rows}
     (args.out / "context.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -25,11 +25,10 @@ def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path:
     ops = {"sgl_kernel_ops": ["sgl_kernel::moe_align_block_size", "sgl_kernel::rmsnorm", "sgl_kernel::topk_softmax"],
            "eager_during_requests": {"sgl_kernel::rmsnorm": 40, "sgl_kernel::moe_align_block_size": 30,
                                      "flashinfer.sampling.top_k_top_p_sampling_from_probs": 8},
-           "graph_captured": {"sgl_kernel::topk_softmax": 6,
-                              "flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run": 6},
+           "graph_captured": {"sgl_kernel::topk_softmax": 6, "sgl_kernel::fwd": 6},
            "eager_at_startup": {}, "processes": 1}
     bench = {"argv": ["python", "-m", "sglang.launch_server"], "sglang": "0.5.9", "ops": ops,
-             "resolved": {"resolved": {"attention_backend": "flashinfer"}, "cuda_graph": "captured", "failures": []},
+             "resolved": {"resolved": {"attention_backend": "fa3"}, "cuda_graph": "captured", "failures": []},
              "server": {"seconds_to_healthy": 41.5, "smoke": {"tokens": 32}},
              "checks": [{"command": "python bench/token_agreement.py", "returncode": 0, "seconds": 20.0}],
              "bench": [{"concurrency": 1, "output_throughput": 480.0}, {"concurrency": 32, "output_throughput": 9100.0}]}
@@ -55,7 +54,8 @@ def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path:
     assert list(result["variants"]) == ["bf16"]  # fp8 was not run: absent, not empty
     bf16 = result["variants"]["bf16"]
     assert bf16["families"]["moe_routing"] == {"requests": [], "graph": ["sgl_kernel::topk_softmax"]}
-    assert bf16["families"]["attention"]["graph"] == ["flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run"]
+    # FA3 served from the wheel's flash_ops: the op's real name, `sgl_kernel::fwd`, is the attention family's.
+    assert bf16["families"]["attention"] == {"requests": [], "graph": ["sgl_kernel::fwd"]}
     assert bf16["families"]["sampling"]["requests"] == ["flashinfer.sampling.top_k_top_p_sampling_from_probs"]
     assert bf16["families_missing"] == ["activation", "fp8_gemm", "rotary"]
     assert bf16["agreement"]["logprobs_close"]["verdict"] == "pass" and bf16["agreement"]["exact_id_prompts"] == 63
