@@ -13,7 +13,7 @@ from build_kernel import log
 from build_kernel.errors import VerifyError
 from build_kernel.stages import Context, Done
 from build_kernel.stages.verify import checks
-from build_kernel.stages.verify.report import RECORD_SUFFIX, Report
+from build_kernel.stages.verify.report import RECORD_SUFFIX, Report, own_archs, record_path
 
 
 def wheel_provenance(wheel: Path) -> dict[str, Any] | None:
@@ -62,9 +62,13 @@ class VerifyStage:
                                    gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck,
                                    static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda,
                                    counts_dir=ctx.plan.cache_dir / cubins_counts)
+            record = record_path(wheel, report.asked)
             if report.from_record:
-                log.info(f"{wheel.name}: verified before with the same checks (record {wheel.name}{RECORD_SUFFIX}; "
+                log.info(f"{wheel.name}: verified before with the same checks (record {record.name}; "
                          "--recheck runs them again)")
+            if record.name != wheel.name + RECORD_SUFFIX:
+                log.warn(f"{wheel.name} is built for {', '.join(own_archs(wheel) or [])}; this verify asked for "
+                         f"{', '.join(report.asked)}: its verdict is kept apart in {record.name}, not the wheel's")
             for warning in report.warnings:
                 log.warn(warning)
             reports.append(report)
@@ -72,6 +76,7 @@ class VerifyStage:
         failed = [r for r in reports if not r.passed]
         if failed and self.raise_on_failure:
             r = failed[0]
+            where = next((record_path(w, r.asked).name for w in ctx.wheels if w.name == r.wheel), r.wheel + RECORD_SUFFIX)
             raise VerifyError(f"{r.wheel} failed verification: {'; '.join(r.failures)}",
-                              hint=f"see {r.wheel}{RECORD_SUFFIX} beside the wheel")
+                              hint=f"see {where} beside the wheel")
         return Done("failed" if failed else "passed", reports[-1].to_dict() if len(reports) == 1 else {"reports": [r.to_dict() for r in reports]})

@@ -8,16 +8,37 @@ it instead of running them again, and publish/serve refuse a wheel without a pas
 from __future__ import annotations
 
 import base64
+import glob
 import hashlib
 import json
+import zipfile
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from build_kernel import atomic, log
+from build_kernel.archs import Arch, ArchSpellingError, parse_arch
 from build_kernel.errors import VerifyError
 
 RECORD_SUFFIX = ".verify.json"
+PROVENANCE_FILE = "build_kernel_provenance.json"
+
+
+def by_arch(sms: Iterable[str]) -> list[str]:
+    """`sm_*` names once each, in arch order (sm_90a before sm_120a)."""
+    def key(sm: str) -> tuple[int, Arch | None, str]:
+        try:
+            return 0, parse_arch(sm.removeprefix("sm_")), sm
+        except ArchSpellingError:  # a record written by hand or by another tool: last, as written
+            return 1, None, sm
+
+    return sorted(set(sms), key=key)
+
+
+def sm_to_torch(sm: str) -> str:
+    """`sm_120a` -> `12.0a`: how --arch writes it."""
+    return parse_arch(sm.removeprefix("sm_")).torch
 
 
 @dataclass
@@ -102,18 +123,37 @@ def checks_digest(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def record_path(wheel: Path) -> Path:
-    return wheel.with_name(wheel.name + RECORD_SUFFIX)
+def own_archs(wheel: Path) -> list[str] | None:
+    """The archs the wheel was built for (`sm_120a`), from the provenance build-kernel put in it; None
+    for a wheel without one (someone else's, or not a zip)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next((n for n in zf.namelist() if n.endswith(f".dist-info/{PROVENANCE_FILE}")), None)
+            data = json.loads(zf.read(name)) if name else None
+        return by_arch(parse_arch(a).sm for a in data["archs"]) if isinstance(data, dict) and data.get("archs") else None
+    except (OSError, zipfile.BadZipFile, json.JSONDecodeError, ArchSpellingError, TypeError, KeyError):
+        return None
 
 
-def write_record(wheel: Path, report: Report) -> None:
+def record_path(wheel: Path, asked: Sequence[str] | None = None) -> Path:
+    """`WHEEL.verify.json`, the wheel's verdict: a verify for its own archs (or of a wheel that does not say
+    them). A verify for other archs (`verify --arch 10.0a` of a 12.0a wheel) is kept apart, in
+    `WHEEL.verify.sm_100a.json`, so that its verdict never becomes the wheel's."""
+    own = own_archs(wheel) if asked is not None else None
+    if own is None or by_arch(asked or ()) == own:
+        return wheel.with_name(wheel.name + RECORD_SUFFIX)
+    return wheel.with_name(f"{wheel.name}.verify.{'+'.join(by_arch(asked or ()))}.json")
+
+
+def write_record(wheel: Path, report: Report) -> Path:
     data = report.to_dict()
     data.pop("from_record")
-    atomic.write_text(record_path(wheel), json.dumps(data, indent=2))
+    path = record_path(wheel, report.asked)
+    atomic.write_text(path, json.dumps(data, indent=2))
+    return path
 
 
-def read_record(wheel: Path) -> dict[str, Any] | None:
-    path = record_path(wheel)
+def _read(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
@@ -121,6 +161,11 @@ def read_record(wheel: Path) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_record(wheel: Path) -> dict[str, Any] | None:
+    """The wheel's verdict (`WHEEL.verify.json`); None when it has none."""
+    return _read(wheel.with_name(wheel.name + RECORD_SUFFIX))
 
 
 def file_stat(path: Path) -> dict[str, int]:
@@ -134,8 +179,11 @@ def reusable(wheel: Path, digest: str) -> Report | None:
     As git's index does, an unchanged size, mtime and inode stand for unchanged bytes (hashing
     a 535 MB wheel takes a second); otherwise the sha256 decides.
     """
-    data = read_record(wheel)
-    if not data or data.get("checks_digest") != digest or not data.get("passed"):
+    # The digest names the archs: of the verdict and the records kept apart, at most one can match.
+    found = (_read(p) for p in (wheel.with_name(wheel.name + RECORD_SUFFIX),
+                                *sorted(wheel.parent.glob(f"{glob.escape(wheel.name)}.verify.*.json"))))
+    data = next((d for d in found if d and d.get("checks_digest") == digest), None)
+    if not data or not data.get("passed"):
         return None
     if data.get("stat") != file_stat(wheel) and data.get("sha256") != sha256_of(wheel):
         return None
@@ -148,9 +196,18 @@ def require_verified(wheel: Path, *, force: bool = False, recipe: str | None = N
     """Refuse a wheel without a passing record for exactly these bytes. `recipe`: how to name the
     recipe on a command line (`verify` needs one), so that the hint works as written."""
     data = read_record(wheel)
+    own = own_archs(wheel)
+    asked = by_arch(data.get("asked") or ()) if data else []
     problem = None
     if data is None:
         problem = f"{wheel.name} has not been verified"
+        apart = sorted(wheel.parent.glob(f"{glob.escape(wheel.name)}.verify.*.json"))
+        if own and apart:
+            problem += (f" for its own archs ({', '.join(own)}): only for other archs "
+                        f"({', '.join(p.name for p in apart)}), which is not its verdict")
+    elif own and asked and asked != own:
+        problem = (f"{wheel.name} was verified for {', '.join(asked)}, but it is built for {', '.join(own)}: "
+                   "that verdict is not the wheel's")
     elif data.get("sha256") != sha256_of(wheel):
         problem = f"{wheel.name} changed since it was verified"
     elif not data.get("passed"):
@@ -162,7 +219,8 @@ def require_verified(wheel: Path, *, force: bool = False, recipe: str | None = N
     if force:
         log.warn(f"{problem}: going on because of --force")
         return {}
-    command = f"build-kernel verify {wheel} --recipe {recipe or 'NAME'}"
+    archs = f" --arch {','.join(sm_to_torch(a) for a in own)}" if own else ""
+    command = f"build-kernel verify {wheel} --recipe {recipe or 'NAME'}{archs}"
     which = "" if recipe else ", NAME the recipe it was built with"
     raise VerifyError(problem, hint=f"run `{command}` without --static{which} (or pass --force to override)"
                       if "statically" in problem else f"run `{command}`{which} (or pass --force to override)")
