@@ -11,7 +11,13 @@ PYTEST_ARGS ?=
 # pytest-xdist workers (tests/xdist_groups.py says which tests share one).
 PYTEST_WORKERS ?= 2
 
-ARCH_FLAG := $(if $(ARCH),--arch $(ARCH),)
+# ARCH as any arch-list spelling (12.0a,9.0a  "9.0a;12.0a"  "9.0a 12.0a", TORCH_CUDA_ARCH_LIST's), made one
+# comma-separated word and quoted: a raw `;` ends the shell command and a space starts a new argument.
+comma := ,
+empty :=
+space := $(empty) $(empty)
+ARCH_LIST := $(subst $(space),$(comma),$(strip $(subst ;, ,$(subst $(comma), ,$(ARCH)))))
+ARCH_FLAG := $(if $(ARCH_LIST),--arch '$(ARCH_LIST)',)
 
 .PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build mutate clean
 

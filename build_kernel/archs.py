@@ -76,9 +76,27 @@ def parse_arch(text: str) -> Arch:
     return Arch(major, int(minor), suffix, ptx=bool(ptx))
 
 
+# TORCH_CUDA_ARCH_LIST's names for families, as torch.utils.cpp_extension expands them (torch 2.14): a list
+# written for a PyTorch extension build means here what it means there.
+TORCH_NAMES = {
+    "kepler+tesla": "3.7", "kepler": "3.5+PTX", "maxwell+tegra": "5.3", "maxwell": "5.0;5.2+PTX",
+    "pascal": "6.0;6.1+PTX", "volta+tegra": "7.2", "volta": "7.0+PTX", "turing": "7.5+PTX", "ampere+tegra": "8.7",
+    "ampere": "8.0;8.6+PTX", "ada": "8.9+PTX", "hopper": "9.0+PTX", "blackwell+tegra": "11.0",
+    "blackwell": "10.0;10.3;12.0;12.1+PTX", "rubin": "10.7+PTX",
+}
+
+
+def split_list(value: str) -> list[str]:
+    """The items of an arch list however it is separated: `;` (TORCH_CUDA_ARCH_LIST, CMake), spaces
+    (TORCH_CUDA_ARCH_LIST's other form), `,` (a shell- and make-safe form); a family name (`Hopper`) as
+    torch expands it."""
+    items = [i for i in re.split(r"[;,\s]+", value) if i]
+    return [a for i in items for a in TORCH_NAMES.get(i.lower(), i).split(";")]
+
+
 def parse_arch_list(value: str | list[str]) -> tuple[Arch, ...]:
     """Accept a list or a `;`/`,`/space separated string; keep order, drop duplicates."""
-    items = value if isinstance(value, list) else re.split(r"[;,\s]+", value)
+    items = value if isinstance(value, list) else split_list(value)
     archs: list[Arch] = []
     bad: list[str] = []  # every bad spelling at once, not just the first
     for item in items:

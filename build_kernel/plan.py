@@ -2,7 +2,8 @@
 
 Precedence, lowest first (after cibuildwheel's OptionsReader): built-in default <
 recipe < environment (`ARCH`, `MAX_JOBS`, `BUILD_KERNEL_CACHE_DIR`, `BUILD_KERNEL_OUTPUT_DIR`)
-< command line.
+< command line. The archs: `--arch` > `ARCH` > `TORCH_CUDA_ARCH_LIST` (read as PyTorch's
+cpp_extension reads it) > the recipe, and the plan says which one won.
 Stage code never reads os.environ itself: it gets this plan.
 """
 
@@ -150,14 +151,42 @@ def recipe_arg(recipe: Recipe) -> str:
     return recipe.name if recipe.path == recipes_dir() / f"{recipe.name}.toml" else str(recipe.path)
 
 
-def _torch_list_unread(source: str, env: Mapping[str, str], archs: tuple[Arch, ...]) -> str:
-    """The arch source, and a word where the environment's TORCH_CUDA_ARCH_LIST asks for other archs: torch's own
-    builds read it, this tool does not (containers export old lists, e.g. NGC's 5.2 ... 9.0+PTX, which would turn
-    a recipe's 12.0a into a refusal); the build sets it from the plan."""
-    theirs = env.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if not theirs or theirs == torch_arch_list(archs):
-        return source
-    return f"{source}; environment TORCH_CUDA_ARCH_LIST={theirs} not read: pass --arch '{theirs}' to build for it"
+TORCH_LIST = "TORCH_CUDA_ARCH_LIST"
+# Where the archs may come from, strongest first: `--arch`, then these variables, then the recipe.
+_ARCH_VARIABLES = ("ARCH", TORCH_LIST)
+
+
+def _pick_archs(cli: str | None, env: Mapping[str, str]) -> tuple[str | None, str, str | None]:
+    """(the arch list asked, who asked it, the variable it came from): `--arch` > ARCH > TORCH_CUDA_ARCH_LIST
+    (every PyTorch extension build reads it; as there, an empty one is unset) > the recipe (None)."""
+    if cli is not None:
+        return cli, "command line", None
+    for name in _ARCH_VARIABLES:
+        if env.get(name, "").strip():
+            return env[name], f"environment {name}", name
+    return None, "recipe", None
+
+
+def _same(text: str, archs: tuple[Arch, ...]) -> bool:
+    """Whether an arch list, however spelled (`9.0a 12.0a`, `9.0a;12.0a`), asks for `archs` (make passes its ARCH both
+    as --arch and in the environment)."""
+    try:
+        return parse_arch_list(text) == archs
+    except ArchSpellingError:
+        return False
+
+
+def _unused(winner: str | None, cli: str | None, env: Mapping[str, str], archs: tuple[Arch, ...]) -> str:
+    """A word on the weaker arch settings that were given but lost (`environment TORCH_CUDA_ARCH_LIST=9.0a not
+    used: --arch wins`), so a plan read later says why the wheel is not for them; "" when none asks otherwise."""
+    names: tuple[str, ...] = _ARCH_VARIABLES
+    if cli is None:
+        names = _ARCH_VARIABLES[_ARCH_VARIABLES.index(winner) + 1:] if winner else ()
+    lost = [f"{name}={env[name].strip()}" for name in names if env.get(name, "").strip() and not _same(env[name], archs)]
+    if not lost:
+        return ""
+    won = "--arch" if cli is not None else winner
+    return f"; environment {', '.join(lost)} not used: {won} wins"
 
 
 def _pick(cli: Any, env: Mapping[str, str], env_key: str, recipe_value: Any) -> tuple[Any, str]:
@@ -179,7 +208,10 @@ def resolve(
     resources: Resources | None = None,
 ) -> Plan:
     env = os.environ if env is None else env
-    arch_value, arch_source = _pick(arch, env, "ARCH", None)
+    arch_value, arch_source, variable = _pick_archs(arch, env)
+    # TORCH_CUDA_ARCH_LIST is a leftover as often as a choice (containers export one for torch's own builds, NGC's
+    # "5.2 ... 9.0+PTX"): its refusal says how to set it aside.
+    aside = f" (unset {TORCH_LIST}, or pass --arch 12.0a to override it)" if variable == TORCH_LIST else ""
     if arch_value is None:
         archs = recipe.build.arch
         where = f"recipe {recipe.name} build.arch ({recipe.origins.get('build.arch', recipe.path)})"
@@ -189,19 +221,19 @@ def resolve(
             archs = parse_arch_list(resolved)
         except ArchSpellingError as exc:
             # Build systems often export ARCH as the CPU (x86_64, aarch64): say where it came from and how to stop it.
-            cpu = arch_source == "environment ARCH" and _CPU_ARCH.match(str(arch_value).strip())
+            cpu = variable == "ARCH" and _CPU_ARCH.match(str(arch_value).strip())
             fix = (f" (ARCH={arch_value} names a CPU, as build systems often set it, not a CUDA arch: unset ARCH, or "
-                   "pass --arch 12.0a to override it)" if cpu else "")
+                   "pass --arch 12.0a to override it)" if cpu else aside)
             raise RecipeError([f"{arch_source}: arch: {exc}{fix}"]) from None
         # `native` says what it became, so a plan read later still tells which GPUs it was made on.
         where = arch_source if resolved == str(arch_value) else \
             f"{arch_source}: {arch_value} = {resolved}, the GPUs the driver reports"
     kit = targets.toolkit(env)
     b = recipe.build
-    problems = [f"{where}: arch: {msg}" for msg in targets.problems(
+    problems = [f"{where}: arch: {msg}{aside}" for msg in targets.problems(
         archs, kit, min_arch=b.min_arch, min_arch_reason=b.min_arch_reason, source=f"recipe {recipe.name}")]
     if arch_value is not None and (fp4 := targets.fp4_problem(archs, b.fp4, recipe.name)):
-        problems.append(f"{arch_source}: arch: {fp4}")
+        problems.append(f"{arch_source}: arch: {fp4}{aside}")
     if problems:
         raise RecipeError(problems)
     res = resources or probe()
@@ -227,7 +259,7 @@ def resolve(
     return Plan(
         recipe=recipe,
         archs=archs,
-        arch_source=_torch_list_unread(where if arch_value is not None else "recipe", env, archs),
+        arch_source=(where if arch_value is not None else "recipe") + _unused(variable, arch, env, archs),
         jobs=job_plan,
         series=series,
         # Absolute: git runs in other folders (`git -C <worktree>`), so a relative cache would miss.

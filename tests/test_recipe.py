@@ -261,7 +261,7 @@ def test_precedence_cli_over_env_over_recipe(root: Path) -> None:
     assert resolve(r, env={}, resources=FAKE_RES).arch_list == "12.0a"
     assert resolve(r, env={"ARCH": "sm_100a"}, resources=FAKE_RES).arch_list == "10.0a"
     plan = resolve(r, env={"ARCH": "sm_100a"}, arch="120a;100a", resources=FAKE_RES)
-    assert (plan.arch_list, plan.arch_source) == ("12.0a;10.0a", "command line")
+    assert (plan.arch_list, plan.arch_source) == ("12.0a;10.0a", "command line; environment ARCH=sm_100a not used: --arch wins")
     assert resolve(r, env={"MAX_JOBS": "3"}, resources=FAKE_RES).jobs.jobs == 3
     assert resolve(r, env={"MAX_JOBS": "3"}, jobs=5, resources=FAKE_RES).jobs.jobs == 5
 
