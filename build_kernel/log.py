@@ -16,13 +16,33 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.text import Text
+
+# The width of a console whose stream is a pipe or a file: wide enough that no line of ours is ever wrapped.
+# rich would otherwise take 80 columns (or COLUMNS, or the size of whichever standard stream is a terminal) and
+# break a verdict mid-sentence (`conflicts at 0.4.3 (refresh\nit, ...`), so `grep` found half of it.
+UNWRAPPED = 1_000_000
+
+
+class _Console(Console):
+    """rich's Console, except that output to a pipe or a file is never wrapped: a table takes its natural
+    width, a message stays one line. On a terminal, the terminal's width, as rich finds it."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        found = super().size
+        return found if self.is_terminal else ConsoleDimensions(UNWRAPPED, found.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
 def plain_console(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
-    """A console that prints strings as they are: no markup, no :emoji: codes, no highlighting."""
-    return Console(file=file, stderr=stderr, markup=False, emoji=False, highlight=False)
+    """A console that prints strings as they are: no markup, no :emoji: codes, no highlighting, no wrapping
+    where the reader is a program (a pipe, a file)."""
+    return _Console(file=file, stderr=stderr, markup=False, emoji=False, highlight=False)
 
 
 console = plain_console(stderr=True)
