@@ -104,7 +104,7 @@ def test_invalid_user_config_toml(tmp_path: Path, env: dict[str, str], cache: Pa
     with pytest.raises(tomllib.TOMLDecodeError) as info:
         tomllib.loads(config.read_text())
     lines = refused("fetch", "--offline", "--recipe", "demo", env={**env, "BUILD_KERNEL_CONFIG": str(config)}, code=4)
-    assert lines == [f"error: {config}: invalid TOML: {info.value} (fix the syntax of the user config file)"]
+    assert lines == [f"error: {config}: invalid TOML: {info.value} (fix the syntax of the user config file {config})"]
     assert not cache.exists()
 
 

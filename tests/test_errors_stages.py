@@ -208,7 +208,7 @@ def test_files_of_a_cached_pin_from_an_upstream_that_is_gone(project: Path, upst
     line = _one_error(_cli(cache, user_env, "fetch", "--recipe", str(recipe_path)), 4)
     assert line.startswith(f"cannot fetch {upstream.base} from {upstream.url}: fatal: '{upstream.path}' "
                            "does not appear to be a git repository")
-    assert line.endswith("(check the URL, your network and the [mirrors] table of the user config)")
+    assert line.endswith(f"(check the URL, your network and [mirrors] of the user config {user_env[CONFIG_ENV]})")
     assert _state(_mirror(cache, upstream.url)) == before and _trees(cache) == trees and not _partials(cache)
 
 

@@ -701,7 +701,8 @@ def test_fetch_refuses_a_branch_unless_floating_and_offline_names_the_way(upstre
     with pytest.raises(FetchError) as info:
         remote.ensure_commit(str(repo), sha, cache, offline=True)
     assert info.value.render() == (f"{repo} is not in the cache and --offline forbids fetching it (run once without "
-                                   "--offline, or map it to a local mirror ([mirrors] in the user config))")
+                                   "--offline, or map it to a local mirror ([mirrors] of the user config "
+                                   "(~/.config/build-kernel/config.toml, or the file $BUILD_KERNEL_CONFIG names)))")
     assert not (cache / "mirrors").exists() or not list((cache / "mirrors").glob("*.git"))
     path, got = remote.ensure_commit(str(repo), sha, cache, offline=False)
     assert got == sha and path.is_dir()

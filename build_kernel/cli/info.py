@@ -86,12 +86,17 @@ explain_option = click.option("--explain", is_flag=True,
 def plan_cmd(opts: Options, explain: bool) -> None:
     """What will be built, answer first: source, series, archs with what each library gets, toolchain, jobs
     (with derivation), compile order, cache, stages."""
-    emit(opts, *describe_plan(opts.plan(), explain=explain, offline=opts.offline))
+    data, text = describe_plan(opts.plan(), explain=explain, offline=opts.offline)
+    emit(opts, data, text)
+    if data["toolchain_problems"]:  # printed first, with the fix: a build could not install its toolchain
+        sys.exit(3)
 
 
 def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) -> Table:
     res = data["resources"]
     table = Table("tool", "found", show_header=False)
+    for problem in data.get("toolchain_problems", []):  # the toolchain cannot be installed: said first
+        table.add_row(styled("problem", "red"), problem)
     table.add_row("python", f"{facts.python_version} ({facts.python})")
     table.add_row("git", facts.git or "MISSING")
     table.add_row("cmake", f"{facts.cmake_version} ({facts.cmake})" if facts.cmake else "MISSING")
@@ -121,7 +126,8 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     for warning in data.get("warnings", []):
         table.add_row(styled("warning", "yellow"), warning)
     for problem in data.get("problems", []):
-        table.add_row(styled("problem", "red"), problem)
+        if problem not in data.get("toolchain_problems", []):
+            table.add_row(styled("problem", "red"), problem)
     return table
 
 

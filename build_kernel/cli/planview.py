@@ -54,6 +54,7 @@ def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> t
     what, how fast and where. `explain` adds where each value came from and every value behind the answer
     (the JSON always has both)."""
     from build_kernel.stages.builder import pinstatus
+    from build_kernel.stages.fetch import pins
 
     data = p.to_dict()
     data["cuda_toolkit"], facts = _toolkit(p)
@@ -85,11 +86,19 @@ def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> t
     if r.build.fp4 and not data["archs"]["fp4_archs"]:
         rows.add("fp4", "none of the asked archs runs FP4 kernels: this wheel is built without them")
     t = r.toolchain
-    rows.add("toolchain", f"torch {t.torch}{f' from {t.torch_index}' if t.torch_index else ''}, CUDA {t.cuda} "
+    torch_from = t.torch_index or "pip's index (a release: PyPI never prunes one)"
+    rows.add("toolchain", f"torch {t.torch} from {torch_from}, CUDA {t.cuda} "
                           f"({data['cuda_toolkit']['source']}: {data['cuda_toolkit']['why']}), cmake {t.cmake}")
-    data["pins"] = [s.to_dict() for s in pinstatus.check_all(p, offline=offline)]
+    statuses = pinstatus.check_all(p, offline=offline)
+    data["pins"] = [s.to_dict() for s in statuses]
     for pin in data["pins"]:  # one line each: can this wheel pin still be installed (index, lock, wheelhouse)
         rows.add("pin", pin["line"])
+    data["locked"] = pins.locked_refs(p)  # what the lock holds for tag and branch pins: one line each
+    for line in data["locked"]:
+        rows.add("locked", line)
+    # A toolchain that cannot be installed is the answer: said first, with its fix (`plan` exits 3).
+    data["toolchain_problems"] = pinstatus.problems(p, offline=offline, statuses=statuses)
+    rows.rows[:0] = [("problem", problem) for problem in data["toolchain_problems"]]
     rows.add("jobs", p.jobs.derivation)
     for warning in p.jobs.warnings:
         log.warn(warning)

@@ -148,7 +148,7 @@ def _user_table(path: Path) -> dict[str, str]:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise BuildError(f"{path}: invalid TOML: {exc}", hint="fix the syntax of the user config file") from None
+        raise BuildError(f"{path}: invalid TOML: {exc}", hint=f"fix the syntax of the user config file {path}") from None
     table = data.get(USER_TABLE, {})
     if not isinstance(table, dict):
         raise BuildError(f"{path}: [{USER_TABLE}] must be a table", hint='write e.g. [compile_cache] url = "redis://cache:6379"')
@@ -176,11 +176,11 @@ def resolve(recipe_tool: str, recipe_url: str, recipe_dist: str, recipe_schedule
             values[key], origin[key] = env[var], f"command line {given[var]}" if var in given else f"environment {var}"
     settings = Settings(values["tool"], values["url"], values["dist"], values["scheduler"], values["token"], origin,
                         path if user else None)
-    _check(settings)
+    _check(settings, path)
     return settings
 
 
-def _check(s: Settings) -> None:
+def _check(s: Settings, path: Path) -> None:
     if s.tool not in TOOLS:
         raise BuildError(f"{s.origin['tool']}: compile cache {s.tool!r} is not one of {', '.join(TOOLS)}",
                          hint='e.g. compile_cache = "sccache"')
@@ -193,7 +193,7 @@ def _check(s: Settings) -> None:
                              f"(it is {s.tool!r}, from {s.origin['tool']})", hint='set compile_cache = "sccache"')
         if not s.scheduler:
             raise BuildError("dist = \"sccache-dist\" has no scheduler URL",
-                             hint=f"set [build] dist_scheduler or scheduler in [{USER_TABLE}] of the user config")
+                             hint=f"set [build] dist_scheduler or scheduler in [{USER_TABLE}] of the user config {path}")
     s.storage  # noqa: B018 - parsing is the check: a bad URL fails before the build, not in it
     if s.tool == "ccache" and s.storage.kind in ("s3", "gcs", "memcached"):
         raise BuildError(f"{s.origin['url']}: ccache cannot store in {s.storage.kind} ({s.url})",

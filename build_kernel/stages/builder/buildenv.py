@@ -43,11 +43,11 @@ def env_key(plan: Plan, torch: str | None = None) -> str:
 
 
 def _install_failure(argv: list[str], code: int, output: str, torch: str, torch_index: str,
-                     log: Path) -> ToolchainError:
+                     log: Path, config: str) -> ToolchainError:
     if cause := network_cause(output, torch_index):
         return ToolchainError(f"installing torch {torch}: {cause}; full log: {log}",
-                              hint="check the network, the proxy and pip's configuration (`pip config list`), or set "
-                                   "[toolchain] torch_index to a mirror you can reach")
+                              hint="check the network, the proxy and pip's configuration (`pip config list`), or map "
+                                   f"the index to a mirror you can reach in {config}")
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return ToolchainError(f"installing torch {torch}: `{shlex.join(argv)}` exited {code}: "
                           f"{lines[-1] if lines else '(no output)'}; full log: {log}",
@@ -90,7 +90,7 @@ def _make(plan: Plan, root: Path, torch: str, pin: wheelpins.WheelPin | None, *,
     python = str(root / "bin" / "python")
     constraint = root / "constraints.txt"
     constraint.write_text(f"torch=={torch}\n")
-    index = ["--extra-index-url", t.torch_index] if t.torch_index else []
+    index = wheelpins.index_args(plan)  # torch_index and PyPI, each through its [mirrors] mirror
     log_path = root.parent / f"{root.name}.log"
     # A pin from the recipe's index installs the lock's file (resolved by pip now when the lock has none):
     # found whether or not the index still lists it, and refused by pip when its sha256 differs. Offline with
@@ -98,7 +98,7 @@ def _make(plan: Plan, root: Path, torch: str, pin: wheelpins.WheelPin | None, *,
     found = wheelpins.locked(plan, pin) if pin else None
     if pin and not found and not offline:
         found = wheelpins.resolve(plan, pin, torch, python, log_path)
-    requirement = found.requirement("torch") if found else f"torch=={torch}"
+    requirement = found.requirement("torch", plan.mirrors) if found else f"torch=={torch}"
     # --no-compile: a build imports little of torch; the bytecode of what it imports is written then.
     # Compiling all of it up front took 70 s against 45 s for torch 2.14.1 (2 cores).
     proc = run([python, "-m", "pip", "install", "--quiet", "--no-compile", requirement, *BUILD_REQUIREMENTS,
@@ -108,6 +108,7 @@ def _make(plan: Plan, root: Path, torch: str, pin: wheelpins.WheelPin | None, *,
         output = proc.stderr + proc.stdout
         if pin and found and (mismatch := wheelpins.hash_mismatch(plan, pin, found, output, log_path)):
             raise mismatch
-        raise _install_failure([str(a) for a in proc.args], proc.returncode, output, torch, t.torch_index, log_path)
+        raise _install_failure([str(a) for a in proc.args], proc.returncode, output, torch,
+                               pin.fetch_index if pin else t.torch_index, log_path, plan.mirrors.config_words())
     if pin and found:  # recorded once pip has checked the bytes against it: the lock never names a file pip refused
         wheelpins.record(plan, pin, found)

@@ -10,7 +10,8 @@ naming the recipe key and the command that records it.
 
 The lock is a tree of tables of strings: `[source]`, `[deps.NAME]`, `[toolchain.torch]` (a wheel pin's
 version) and `[toolchain.torch.wheel.TARGET]` (its file per interpreter and platform). Every writer goes
-through `record_entries`, which rewrites the whole file atomically.
+through `record_entries`, which rewrites the whole file atomically. `build-kernel lock` (build_kernel/lock.py)
+resolves every such pin ahead of a build: a tag or branch by `remote_commit` (`git ls-remote`, nothing fetched).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from build_kernel import atomic, log
+from build_kernel import atomic, log, process
 from build_kernel.errors import FetchError
 from build_kernel.plan import Plan
 from build_kernel.recipe import recipes_dir
@@ -42,6 +43,12 @@ _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def lock_path(plan: Plan) -> Path:
     return plan.recipe.path.with_suffix(".lock")
+
+
+def _field(kind: str) -> str:
+    """The lock's field for the ref: `tag`, or `ref` for a branch named by `[source] commit` (a field `commit`
+    would be overwritten by the commit it resolved to)."""
+    return "ref" if kind == "commit" else kind
 
 
 def _key(key: str) -> Key:
@@ -119,9 +126,8 @@ def for_fetch(plan: Plan, key: str, kind: str, repo: str, url: str, ref: str, *,
     there), its recorded commit offline."""
     if not offline:
         return ref
-    entry = _read(lock_path(plan)).get(_key(key), {})
-    if entry.get("repo") == repo and entry.get(kind) == ref and entry.get("commit"):
-        return entry["commit"]
+    if locked := locked_commit(plan, key, kind, repo, ref):
+        return locked
     cached = remote.cached_ref(url, ref, plan.cache_dir)
     if cached:
         return cached
@@ -130,13 +136,49 @@ def for_fetch(plan: Plan, key: str, kind: str, repo: str, url: str, ref: str, *,
                      hint=f"run `{command(plan)}` once with the network")
 
 
+def locked_commit(plan: Plan, key: str, kind: str, repo: str, ref: str) -> str | None:
+    """The commit the lock records for this pin (None: none, or recorded for another repository or ref)."""
+    entry = _read(lock_path(plan)).get(_key(key), {})
+    matches = entry.get("repo") == repo and entry.get(_field(kind)) == ref
+    return entry["commit"] if matches and entry.get("commit") else None
+
+
+def locked_refs(plan: Plan) -> list[str]:
+    """One line per tag or branch pin the lock holds (`plan` prints them; the wheel pins have their own lines)."""
+    out = []
+    for key, entry in sorted(entries(plan).items()):
+        kind = next((k for k in ("tag", "ref") if k in entry), None)
+        if kind and entry.get("commit"):
+            out.append(f"[{'.'.join(key)}] {'tag' if kind == 'tag' else 'branch'} {entry[kind]} = {entry['commit']} "
+                       f"({lock_path(plan).name})")
+    return out
+
+
+def remote_commit(plan: Plan, key: str, kind: str, repo: str, ref: str) -> str:
+    """The commit a tag or branch names on its server now (an annotated tag peeled), asked with `git ls-remote`
+    through the user's [mirrors] (git applies its own insteadOf): nothing is fetched."""
+    url = plan.mirrors.rewrite(remote.resolve_url(repo, plan.cache_dir, plan.recipe.root)).fetch_url
+    proc = process.run(["git", "ls-remote", url, ref], error=FetchError, what=f"resolving [{key}] {kind} {ref!r}",
+                       env=plan.env, cwd=Path("/"), check=False)
+    if proc.returncode != 0:
+        said = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+        raise FetchError(f"cannot read {url} to resolve [{key}] {kind} {ref!r}: {said[-1] if said else 'git failed'}",
+                         hint=f"check [{key}] repo, your network and {plan.mirrors.config_words()}")
+    refs = {name: sha for sha, _, name in (line.partition("\t") for line in proc.stdout.splitlines())}
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+        if name in refs:
+            return refs[name]
+    raise FetchError(f"[{key}] {kind} {ref!r} is neither a branch nor a tag of {url}",
+                     hint=f"check [{key}] {kind} (`git ls-remote {url}` lists them)")
+
+
 def record(plan: Plan, key: str, kind: str, repo: str, ref: str, commit: str) -> None:
     """Note what `ref` resolved to in the recipe's lock (the cache's ref is fetch's own record)."""
-    entry = {"repo": repo, kind: ref, "commit": commit}
+    entry = {"repo": repo, _field(kind): ref, "commit": commit}
     before = _read(lock_path(plan)).get(_key(key), {})
     if before == entry:
         return
-    if before.get("repo") == repo and before.get(kind) == ref and before.get("commit") != commit:
+    if before.get("repo") == repo and before.get(_field(kind)) == ref and before.get("commit") != commit:
         log.warn(f"[{key}] {kind} {ref!r} moved: {before.get('commit', '')[:12]} -> {commit[:12]} "
                  f"(recorded in {lock_path(plan)})")
     record_entries(plan, {_key(key): entry}, what=f"[{key}] {kind} {ref!r} = {commit[:12]}")

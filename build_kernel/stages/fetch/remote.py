@@ -139,7 +139,7 @@ def _tips(repo: git.Repo, sha: str) -> list[str]:
     return [line.split("\t")[1] for line in advertised.splitlines() if line.startswith(sha)]
 
 
-def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
+def _fetch_pin(repo: git.Repo, sha: str, where: str, config: str) -> None:
     """The commit alone if the server serves it by SHA; else the smallest set of refs that has it."""
     pin = f"+{sha}:{PIN_REF}{sha}"
     try:
@@ -148,7 +148,7 @@ def _fetch_pin(repo: git.Repo, sha: str, where: str) -> None:
     except git.GitCommandError as exc:
         if not _refused(exc):
             raise FetchError(f"cannot fetch {sha} from {where}: {_git_error(exc)}",
-                             hint="check the URL, your network and the [mirrors] table of the user config") from None
+                             hint=f"check the URL, your network and {config}") from None
     tips = _tips(repo, sha)
     if tips:  # the tip of some ref (a branch, a tag, refs/pull/N/head): that ref alone
         _fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}")
@@ -168,7 +168,8 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     """Make sure the mirror of `url` holds `commit` and the blobs under `paths` (all, when
     empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from.
     A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
-    rw = (mirrors or Mirrors()).rewrite(url)
+    mirrors = mirrors or Mirrors()
+    rw, config = mirrors.rewrite(url), mirrors.config_words()
     path = mirror.path_for(cache_dir, url)
     floating = not SHA_RE.match(commit)
     if floating and not allow_floating:
@@ -176,17 +177,17 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
     if offline and not path.exists():
         # Said before the lock file and its folder are made: an offline run (a dry run's) leaves the cache as it was.
         raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
-                         hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
+                         hint=f"run once without --offline, or map it to a local mirror ({config})")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         created = not path.exists()
         if created:
             if offline:
                 raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
-                                 hint="run once without --offline, or map it to a local mirror ([mirrors] in the user config)")
+                                 hint=f"run once without --offline, or map it to a local mirror ({config})")
             mirror.init(path)
         try:
-            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history)
+            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history, config)
         except BaseException:
             if created:  # nothing of a failed first fetch stays behind
                 shutil.rmtree(path, ignore_errors=True)
@@ -194,17 +195,17 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
 
 
 def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: str, floating: bool, offline: bool,
-                   paths: Sequence[str], history: bool) -> tuple[Path, str]:
+                   paths: Sequence[str], history: bool, config: str) -> tuple[Path, str]:
     where = _where(rw)
     if not offline:
         repo.git.remote("set-url", "origin", rw.fetch_url)
     try:
-        sha = _resolve_floating(repo, commit, where, offline, history) if floating else commit
+        sha = _resolve_floating(repo, commit, where, offline, history, config) if floating else commit
         if not mirror.has_commit(repo, sha):
             if offline:
                 raise FetchError(f"{sha} is not in the cached mirror of {url} and --offline forbids fetching",
                                  hint="run once without --offline")
-            _fetch_pin(repo, sha, where)
+            _fetch_pin(repo, sha, where, config)
             if not mirror.has_commit(repo, sha):
                 if rw.rule:
                     raise FetchError(f"commit {sha} is not in {where}",
@@ -215,7 +216,7 @@ def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: st
         _ensure_blobs(repo, sha, paths, url, where, offline)
     except git.GitCommandError as exc:
         raise FetchError(f"cannot fetch {commit} from {where}: {_git_error(exc)}",
-                         hint="check the URL, your network and the [mirrors] table of the user config") from None
+                         hint=f"check the URL, your network and {config}") from None
     return path, sha
 
 
@@ -278,7 +279,7 @@ _UNREACHABLE = ("does not appear to be a git repository", "repository not found"
                 "not found")
 
 
-def _floating_error(ref: str, where: str, said: str) -> FetchError:
+def _floating_error(ref: str, where: str, said: str, config: str) -> FetchError:
     """Why a branch/tag could not be fetched, pointing at what to fix: an abbreviated SHA (a server fetches
     commits by full SHA only), the repository or mirror itself, else the ref."""
     if re.fullmatch(r"[0-9a-fA-F]{7,39}", ref):
@@ -287,20 +288,20 @@ def _floating_error(ref: str, where: str, said: str) -> FetchError:
                           "prints it), and drop allow_floating")
     if any(s in said.lower() for s in _UNREACHABLE) and "remote ref" not in said.lower():
         fix = ("fix or create the mirror, or remove its [mirrors] entry" if where.startswith("mirror ")
-               else "check [source] repo / [deps.NAME] repo, your network and the [mirrors] table of the user config")
+               else f"check [source] repo / [deps.NAME] repo, your network and {config}")
         return FetchError(f"cannot read {where}: {said}", hint=fix)
     return FetchError(f"{ref!r} is neither a branch, tag nor commit of {where}: {said}",
                       hint="check the ref")
 
 
-def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool) -> str:
+def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool, config: str) -> str:
     """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref
     if not offline:
         try:
             _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}")
         except git.GitCommandError as exc:
-            raise _floating_error(ref, where, _git_error(exc)) from None
+            raise _floating_error(ref, where, _git_error(exc), config) from None
     # An annotated tag names a tag object: the commit it points at is what gets checked out.
     sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
     if sha:
