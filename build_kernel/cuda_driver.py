@@ -61,7 +61,8 @@ _VERSIONED = re.compile(r"^(lib[\w+-]+)\.so\.\d+$")
 
 # Which libraries link the driver, and what they import from it.
 
-def _needed(so: Path) -> list[str]:
+def needed(so: Path) -> list[str]:
+    """The sonames `so` names in DT_NEEDED (verify's diagnosis reads them here too)."""
     with so.open("rb") as fh:
         for section in ELFFile(fh).iter_sections():
             if isinstance(section, DynamicSection):
@@ -76,7 +77,7 @@ def is_driver(name: str) -> bool:
 
 def needs_driver(libs: list[Path]) -> list[Path]:
     """The libraries that link libcuda."""
-    return [so for so in libs if any(is_driver(n) for n in _needed(so))]
+    return [so for so in libs if any(is_driver(n) for n in needed(so))]
 
 
 def driver_symbols(libs: list[Path]) -> list[str]:

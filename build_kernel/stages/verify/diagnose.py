@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from build_kernel import process
+from build_kernel.cuda_driver import needed  # one reader of DT_NEEDED, beside the driver's
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,14 +53,6 @@ class Stack:
         if not self.torch:
             return "this stack has no torch"
         return f"this stack is CUDA {self.cuda or '(none: a CPU torch)'} (torch {self.torch})"
-
-
-def needed(so: Path) -> list[str]:
-    with so.open("rb") as fh:
-        for section in ELFFile(fh).iter_sections():
-            if isinstance(section, DynamicSection):
-                return [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
-    return []
 
 
 def embedded_libstdcxx(so: Path) -> list[str]:
