@@ -37,11 +37,25 @@ def which(name: str, path: str | None = None) -> str | None:
     return shutil.which(name, path=path)
 
 
+# A secret this long or longer is hidden wherever it occurs, also inside a longer word. A shorter one is hidden
+# only where it stands alone (no letter or digit beside it): replaced inside words, `TWINE_PASSWORD=e` turned every
+# message into `cannot r***ach ... ind***x` and, worse, showed the password to anyone who compared that with the
+# words it came from. 8 is the length below which a string turns up by chance in ordinary text (English words,
+# versions, hashes' prefixes) and NIST SP 800-63B's floor for a memorised secret; publish warns of a shorter one.
+MIN_SECRET = 8
+
+
+def _hide(secret: str) -> re.Pattern[str]:
+    return re.compile(re.escape(secret) if len(secret) >= MIN_SECRET
+                      else rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])")
+
+
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """Passwords in `scheme://user:password@` and every given secret replaced by ***."""
+    """Passwords in `scheme://user:password@` and every given secret replaced by ***: whole secrets, never a
+    letter inside a word (a secret shorter than MIN_SECRET only where it stands alone)."""
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:***@", text)
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
+        text = _hide(secret).sub("***", text)
     return text
 
 

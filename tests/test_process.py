@@ -160,3 +160,18 @@ def test_lines_streams_stdout_and_fails_with_the_domain_error_unless_tolerated()
                            fix="install it"))
     with pytest.raises(VerifyError, match=r"dumping: .*no-such-tool not found"):
         list(process.lines(["/no/such/dir/no-such-tool"], error=VerifyError, what="dumping"))
+
+
+def test_redact_hides_whole_secrets_never_letters_inside_words() -> None:
+    # Seen (issue 66): TWINE_PASSWORD=e turned every message into `cannot r***ach ... is th*** ind***x running?`.
+    message = "cannot reach http://localhost:18090/: is the index running?"
+    assert process.redact(message, ["e"]) == message
+    assert process.redact("password e given, user:e, 'e'", ["e"]) == "password *** given, user:***, '***'"
+    # A secret of MIN_SECRET characters or more is hidden wherever it is, also glued to other text.
+    long = "s3cr3t-Pa55"
+    assert len(long) >= process.MIN_SECRET
+    assert process.redact(f"x{long}y and Bearer {long}", [long]) == "x***y and Bearer ***"
+    # URL userinfo always goes, whatever the password's length; the longest secret first.
+    assert process.redact("https://bob:e@idx/ and ab", ["e", "ab"]) == "https://bob:***@idx/ and ***"
+    assert process.redact("a.b+c ab", ["a.b+c"]) == "*** ab"  # a secret's regex characters are literal
+    assert process.redact("nothing", ["", "zz"]) == "nothing"

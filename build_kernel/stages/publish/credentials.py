@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from build_kernel import process
+from build_kernel import log, process
 from build_kernel.errors import PublishError
 
 DEFAULT_SOURCE = "TWINE_USERNAME/TWINE_PASSWORD (or keyring / ~/.pypirc)"
@@ -32,6 +32,20 @@ def secret_forms(secrets: Sequence[str]) -> tuple[str, ...]:
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """Hide `user:pass@` in URLs and every known secret (also percent-encoded)."""
     return process.redact(text, secret_forms(secrets))
+
+
+_WARNED: set[str] = set()  # each short secret is warned of once a run, however often the target is resolved
+
+
+def warn_short(named: Mapping[str, str | None]) -> None:
+    """A one-line warning for each secret shorter than process.MIN_SECRET, naming where it came from (never its
+    value): it is hidden only where it stands alone, since replacing it inside words would garble every message and
+    show it."""
+    for where, secret in named.items():
+        if secret and len(secret) < process.MIN_SECRET and where not in _WARNED:
+            _WARNED.add(where)
+            log.warn(f"{where} is shorter than {process.MIN_SECRET} characters: messages and logs hide it only where "
+                     "it stands alone, not inside other words (use a longer password or an API token)")
 
 
 def redacted_error(secrets: Sequence[str], message: str, hint: str | None = None) -> PublishError:

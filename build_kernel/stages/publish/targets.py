@@ -213,6 +213,13 @@ def resolve_target(
     creds = credentials.choose(entry.name, env, username=entry.values.get("username") or url_user or simple_user,
                                password=url_password or simple_password, pypirc=entry.via_pypirc)
     secrets += creds.secrets
+    # Each secret by where it came from, for the warning of one too short to hide inside words (process.redact).
+    named = {"the password in the target's URL": url_password, "TWINE_PASSWORD": env.get("TWINE_PASSWORD"),
+             "the password in the install URL": simple_password,
+             **{f"a password in {pypirc}": s for s in credentials.pypirc_secrets(pypirc)}}
+    if entry.name:
+        named[credentials.credential_env_names(entry.name)[1]] = env.get(credentials.credential_env_names(entry.name)[1])
+    credentials.warn_short(named)
     label = entry.name or redact(url if kind == "index" else str(Path(unquote(urlsplit(url).path))), secrets)
     return Target(label=label, kind=kind, url=url, simple_url=simple, source=entry.source, username=creds.username,
                   password=creds.password, credential_source=creds.source,
