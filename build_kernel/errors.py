@@ -85,3 +85,13 @@ class NotBuiltYet(BuildKernelError):
     """A pipeline stage that this version of the tool does not provide yet."""
 
     exit_code = 10
+
+
+class Interrupted(BuildKernelError):
+    """Ctrl-C (SIGINT), here or in a program the tool ran: finished work is kept, a rerun resumes."""
+
+    exit_code = 130  # as a shell reports a SIGINT death
+
+    def __init__(self, during: str | None = None) -> None:
+        self.during = during
+        super().__init__(f"interrupted{f' during {during}' if during else ''}; run the same command to resume")

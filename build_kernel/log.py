@@ -19,6 +19,8 @@ from typing import IO
 from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
+from build_kernel.errors import Interrupted
+
 # The width of a console whose stream is a pipe or a file: wide enough that no line of ours is ever wrapped.
 # rich would otherwise take 80 columns (or COLUMNS, or the size of whichever standard stream is a terminal) and
 # break a verdict mid-sentence (`conflicts at 0.4.3 (refresh\nit, ...`), so `grep` found half of it.
@@ -77,6 +79,10 @@ class Step:
         self.failed = True
 
 
+# The innermost step a Ctrl-C interrupted (cli/output.py names it in the message).
+interrupted_step: list[str] = []
+
+
 @contextmanager
 def step(name: str) -> Iterator[Step]:
     start = time.monotonic()
@@ -84,9 +90,11 @@ def step(name: str) -> Iterator[Step]:
     handle = Step()
     try:
         yield handle
-    except BaseException:
+    except BaseException as exc:
         console.print(Text.assemble(styled(f"✕ {name}", "red"), f" ({time.monotonic() - start:.1f} s)"),
                       soft_wrap=True)
+        if isinstance(exc, (KeyboardInterrupt, Interrupted)) and not interrupted_step:
+            interrupted_step.append(name)  # the innermost: it unwinds first
         raise
     if handle.failed:
         console.print(Text.assemble(styled(f"✕ {name}", "red"), f" ({time.monotonic() - start:.1f} s)"),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from build_kernel.errors import BuildKernelError
+from build_kernel.errors import BuildKernelError, Interrupted
 
 # The password part may hold a raw '/' (a mistyped URL): over-redacting beats leaking.
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*):(?P<password>[^@\s]*)@")
@@ -86,6 +86,8 @@ def exit_cause(code: int) -> str:
 
 def _failure(error: type[BuildKernelError], what: str, argv: Sequence[str], code: int, output: str,
              log: Path | None, fix: str | None, secrets: Sequence[str]) -> BuildKernelError:
+    if code in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C reached the child: not the command's failure
+        return Interrupted()
     where = f"; full log: {log}" if log else ""
     message = f"{what}: `{shown(argv)}` {exit_cause(code)}: {_tail(output)}{where}"
     return error(redact(message, secrets), hint=redact(fix, secrets) if fix else None)

@@ -89,6 +89,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     (root / "empty").mkdir()
     bad_config = root / "config.toml"
     bad_config.write_text('[mirrors]\n"https://github.com/" = 3\n')
+    # A program that dies of a real SIGINT, as a child does when Ctrl-C reaches only it.
+    (root / "sigint-bin").mkdir()
+    (root / "sigint-bin" / "sccache-dist").write_text(f"#!{sys.executable}\nimport os, signal\n"
+                                                      "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                                                      "os.kill(os.getpid(), signal.SIGINT)\n")
+    (root / "sigint-bin" / "sccache-dist").chmod(0o755)
     return Project(root, root / "cache", good_wheel(root / "good"), damaged_wheel(root / "damaged"), root / "empty",
                    bad_config)
 
@@ -111,6 +117,8 @@ CASES: dict[str, Case] = {
     "ServeError": lambda p: (["serve", str(p.wheel), "-r", "demo", "--model", "/nonexistent/model",
                               "--cache-dir", str(p.cache)], {}),
     "UsageError": lambda p: (["plan", "--no-such-option"], {}),
+    "Interrupted": lambda p: (["cache", "dist-config", "--scheduler", "127.0.0.1:10600", "--server", "127.0.0.1:10501",
+                               "--out", str(p.root / "farm")], {"PATH": f"{p.root / 'sigint-bin'}:{os.environ['PATH']}"}),
     # Not a BuildKernelError: --out names a file, and making the folder there raises FileExistsError.
     "InternalError": lambda p: (["cache", "dist-config", "--scheduler", "127.0.0.1:10600", "--server", "127.0.0.1:10501",
                                  "--out", str(p.bad_config)], {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}),
@@ -147,6 +155,8 @@ def test_an_error_carries_the_same_words_as_text_and_as_json(kind: str, project:
     assert [line for line in as_json.stderr.splitlines() if line.startswith("error: ")] == said  # the log too
     if kind == "FetchError":
         assert "[mirrors] must map URL prefixes" in said[0]
+    if kind == "Interrupted":  # not "sccache-dist exited -2": a Ctrl-C is no failure of the command
+        assert said == ["error: interrupted; run the same command to resume"]
 
 
 # --- 1: results, text and JSON ---------------------------------------------------------------------------------

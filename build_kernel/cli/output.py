@@ -21,10 +21,11 @@ from typing import Any, NoReturn
 
 import click
 
-from build_kernel.errors import BuildKernelError, VerifyError
+from build_kernel import log
+from build_kernel.errors import BuildKernelError, Interrupted, VerifyError
 
 INTERNAL_EXIT = 1  # the root error's code: not one of the documented kinds
-ABORTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
+ABORTED_EXIT = Interrupted.exit_code  # Ctrl-C, as a shell reports SIGINT
 WHEELS_META = "build_kernel.wheels"  # click's ctx.meta (one dict for the whole command line): wheels given
 # What reading a damaged member of a zip raises (a bad CRC, a corrupt deflate stream, a cut-off member).
 DAMAGED_ZIP = (zipfile.BadZipFile, zlib.error, EOFError)
@@ -47,8 +48,21 @@ class ErrorMessage:
         return "\n".join(f"error: {line}" for line in self.lines)
 
 
+def _interrupted(exc: BaseException) -> Interrupted | None:
+    """Ctrl-C, however it arrived: in this process (click turns KeyboardInterrupt into Abort), or in a
+    program it ran (Interrupted); named by the step it stopped (log.step records the innermost)."""
+    if isinstance(exc, click.exceptions.Abort):
+        exc = exc.__cause__ or exc.__context__ or exc
+    if not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        return None
+    during = exc.during if isinstance(exc, Interrupted) else None
+    return Interrupted(during or (log.interrupted_step[0] if log.interrupted_step else None))
+
+
 def message_for(exc: BaseException) -> ErrorMessage:
     """The message of any exception the CLI can end in."""
+    if (interrupted := _interrupted(exc)) is not None:
+        return ErrorMessage("Interrupted", interrupted.exit_code, (interrupted.render(),))
     if isinstance(exc, BuildKernelError):
         return ErrorMessage(type(exc).__name__, exc.exit_code, tuple(exc.render().splitlines()), exc.hint)
     if isinstance(exc, click.exceptions.Abort):
@@ -126,7 +140,7 @@ class GuardedGroup(click.Group):
             # Python's documented remedy: stdout to devnull, so the flush at exit does not raise again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(INTERNAL_EXIT)
-        except Exception as exc:  # the one place every failure becomes a message
+        except (Exception, KeyboardInterrupt) as exc:  # the one place every failure becomes a message
             message = message_for(exc)
             if debug and not isinstance(exc, (click.ClickException, click.exceptions.Abort)):
                 traceback.print_exc()  # then the same line and exit code as without --debug

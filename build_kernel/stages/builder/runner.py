@@ -2,19 +2,21 @@
 
 The build runs in a persistent CMake folder, so when the kernel's OOM killer takes a
 compile the same command runs again with half the jobs and ninja rebuilds only what is
-missing. Any other failure becomes one line: the first real error of the output.
+missing. A Ctrl-C is said as such (Interrupted, exit 130: the same command resumes in that folder);
+any other failure becomes one line: the first real error of the output.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_kernel import log, process
-from build_kernel.errors import BuildError
+from build_kernel.errors import BuildError, Interrupted
 from build_kernel.stages.builder.planner import EtaFromLines
 
 # What a compile killed by the kernel's OOM killer leaves in the log, most telling first.
@@ -34,6 +36,7 @@ OOM_PATTERNS = (
 )
 _NVCC_DIED = OOM_PATTERNS[2]
 _NINJA_FAILED = re.compile(r"(?m)^FAILED: (?:\[code=\d+\] )?(.+?)\s*$")  # ninja >= 1.12 adds [code=N]
+_NINJA_INTERRUPTED = re.compile(r"(?m)^ninja: build stopped: interrupted by user")
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 ERROR_LINE = re.compile(r"(error:|error :|fatal error|CMake Error|Error:|nvcc fatal)", re.IGNORECASE)
 # No bar in a log file (CI): a line at most this often, and the last step.
@@ -53,6 +56,14 @@ def oom_killed(output: str) -> str | None:
             return f"Killed: {failed[-1]}" if failed else "Killed"
         return m.group(0)
     return None
+
+
+def interrupted(returncode: int, output: str) -> bool:
+    """The build stopped for a Ctrl-C that reached only its programs (a SIGINT to the build's group, not to
+    us): ninja says so in its last words, and a front end that does not pass its code on exits 1 after it."""
+    if returncode in (-signal.SIGINT, 128 + signal.SIGINT):
+        return True
+    return _NINJA_INTERRUPTED.search(output) is not None
 
 
 def first_error(output: str) -> str:
@@ -144,6 +155,8 @@ def build_with_retries(cmd: Sequence[str | Path], env_for: Callable[[int], Mappi
             with log_path.open("a") as fh:
                 fh.write(f"# {message}\n")
             continue
+        if interrupted(result.returncode, result.output):
+            raise Interrupted()  # named by the step it stopped (cli/output.py); the build folder is kept to resume
         if killed:
             raise BuildError(f"compile OOM-killed ({killed}) even with {jobs} job(s); full log: {log_path}",
                              hint="free memory, lower [build] nvcc_threads, or build fewer archs")
