@@ -27,7 +27,7 @@ help:
 	@echo "make wheel RECIPE=nightly-cu130 ARCH=12.0a   build (and verify) a wheel into wheels/"
 	@echo "make publish RECIPE=... TARGET=name|url      upload the recipe's wheel to an index"
 	@echo "make bench     side-by-side benchmarks (bench/): build policies under a memory cap, then the miniature builds"
-	@echo "make mutate    mutation testing (mutmut) of the safety logic vs the fast tests -> bench/results/mutation.json"
+	@echo "make mutate    mutation testing (mutmut) of the safety logic vs the fast tests -> bench/code_health/results/mutation.json"
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -64,22 +64,22 @@ doctor: venv
 	$(BIN)/build-kernel $(ARCH_FLAG) doctor --recipe $(RECIPE)
 
 # The scheduler bench first (policies under a real memory cgroup: needs root; a few minutes), then the
-# miniature builds of bench/run.py. `make bench-scheduler` / `make bench-build` run one of them.
+# miniature builds of bench/miniature/side_by_side.py. `make bench-scheduler` / `make bench-build` run one of them.
 bench: bench-scheduler bench-build
 
 bench-scheduler: venv
-	$(BIN)/python bench/scheduler.py
+	$(BIN)/python bench/scheduler/policies_under_cap.py
 
 bench-build: venv
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/miniature/side_by_side.py
 
 # Not part of `make test`: about an hour on 2 cores. MUTATE_ARGS=--extended: more functions;
 # MUTATE_ARGS=--survivors: re-test only the mutants not killed last time (kept in mutants/).
 MUTATE_ARGS ?=
 mutate: venv
 	$(BIN)/python -m pip install --quiet -e '.[mutate]'
-	$(BIN)/python bench/mutation.py run $(MUTATE_ARGS)
-	$(BIN)/python bench/mutation.py report --label latest $(MUTATE_ARGS)
+	$(BIN)/python bench/code_health/mutation.py run $(MUTATE_ARGS)
+	$(BIN)/python bench/code_health/mutation.py report --label latest $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(VENV) wheels/*.whl wheels/*.verify.json wheels/simple

@@ -1,4 +1,4 @@
-"""bench/arch_builds.py: a build run's raw pack (as bench/arch_build.sh or the GPU host's script packs it) into
+"""bench/arch_builds/builds_report.py: a build run's raw pack (as bench/arch_builds/build_one.sh or the GPU host's script packs it) into
 the results file: the archs the plan gave, the build figures from the ninja log, verify per library."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_a_pack_without_profile_gives_the_ninja_figures_and_verify_per_library(t
         _add(tar, "./verify.json", verify)
         _add(tar, "./steps.txt", "build rc=0 160 s\nverify --static rc=0 200 s\n")
     out = tmp_path / "arch-builds.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "arch_builds.py"), str(pack), "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "arch_builds" / "builds_report.py"), str(pack), "--out", str(out)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     [build] = json.loads(out.read_text())["builds"]
@@ -60,7 +60,7 @@ def test_a_pair_puts_two_builds_side_by_side_with_new_over_base(tmp_path: Path) 
     base = _pack(tmp_path / "v8-sm120a-2c-raw.tar.gz", 200.0, "# ninja log v7\n0\t100000\t0\ta.o\tx\n")
     new = _pack(tmp_path / "v11-sm120a-2c-raw.tar.gz", 150.0, "# ninja log v7\n0\t80000\t0\ta.o\tx\n")
     out = tmp_path / "split.json"
-    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    script = str(REPO_ROOT / "bench" / "arch_builds" / "builds_report.py")
     proc = subprocess.run([sys.executable, script, str(base), str(new), "--pair", str(base), str(new),
                            "--out", str(out)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -77,8 +77,8 @@ def test_a_pair_puts_two_builds_side_by_side_with_new_over_base(tmp_path: Path) 
 
 
 def test_a_pack_whose_memory_sampler_saturated_has_no_host_peak(tmp_path: Path) -> None:
-    """arch_build.sh's sampler printed `%d` through mawk, which caps at 2^31-1: such a pack says it has no peak."""
-    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    """build_one.sh's sampler printed `%d` through mawk, which caps at 2^31-1: such a pack says it has no peak."""
+    script = str(REPO_ROOT / "bench" / "arch_builds" / "builds_report.py")
     notes = []
     for name, used in (("capped", 2**31 - 1), ("whole", 3_000_000_000)):
         pack = _pack(tmp_path / f"{name}-raw.tar.gz", 10.0, "# ninja log v7\n0\t1000\t0\ta.o\tx\n")
@@ -99,7 +99,7 @@ def test_a_pack_whose_memory_sampler_saturated_has_no_host_peak(tmp_path: Path) 
 def test_a_proof_kept_beside_a_pack_is_read_with_it(tmp_path: Path) -> None:
     """A prune-proof run away from the build (the GPU host's wheels brought back) sits beside the reference's pack as
     `<label>-prune-proof.json`; a pack without one has no proof."""
-    script = str(REPO_ROOT / "bench" / "arch_builds.py")
+    script = str(REPO_ROOT / "bench" / "arch_builds" / "builds_report.py")
     ref = _pack(tmp_path / "u43-sm90a-raw.tar.gz", 10.0, "# ninja log v7\n0\t1000\t0\ta.o\tx\n")
     plain = _pack(tmp_path / "p43-sm90a-raw.tar.gz", 5.0, "# ninja log v7\n0\t500\t0\ta.o\tx\n")
     lib = {"path": "sgl_kernel/sm90/common_ops.abi3.so", "archs": ["sm_90a"], "functions_pruned": 3,

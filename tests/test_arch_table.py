@@ -1,4 +1,4 @@
-"""bench/arch_table.py: issue 53's table, every arch the toolkit lists planned from the shipped recipe (nothing
+"""bench/arch_builds/arch_table.py: issue 53's table, every arch the toolkit lists planned from the shipped recipe (nothing
 compiles), joined with the builds' results by arch list."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def test_every_listed_arch_is_a_row_and_builds_join_by_arch_list(tmp_path: Path)
                                                    "archs": ["sm_121a"], "missing": [], "fp4": {"E2M1": 1064}}]}},
         {"archs": ["9.0a", "12.0a"], "raw": "multi-raw.tar.gz", "build": {}, "verify": {"failures": ["x"]}}]}))
     out = tmp_path / "table.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "arch_table.py"), "--builds", str(builds),
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "arch_builds" / "arch_table.py"), "--builds", str(builds),
                            "--serve-run", str(tmp_path / "none.json"), "--out", str(out)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""bench/run.py's projects: each series it builds applies to the miniature (`make bench` at HEAD could
+"""bench/miniature/side_by_side.py's projects: each series it builds applies to the miniature (`make bench` at HEAD could
 not apply 0006-prune-arch-dispatch.patch to its no-arch copy)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ PATCHES = sorted(p.name for p in (REPO_ROOT / "patches/minikernel/v1").glob("*.p
 
 
 def _bench_run() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run", REPO_ROOT / "bench" / "run.py")
+    spec = importlib.util.spec_from_file_location("bench_run", REPO_ROOT / "bench" / "miniature" / "side_by_side.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,5 +1,5 @@
 """User-facing errors of configuration: the CLI's usage errors, recipes, the plan's overrides,
-the user config, patch series and the toolchain preflight (bench/results/error_sites.json's
+the user config, patch series and the toolchain preflight (bench/code_health/results/error_sites.json's
 sites that no fast test reached).
 
 Each error is asserted as the user sees it: the exact line (what failed, where, the fix), its

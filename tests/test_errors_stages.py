@@ -1,5 +1,5 @@
 """Every user-facing error of fetch, patch and build that no fast test reached yet
-(bench/results/error_sites.json): one line naming what failed, where, and what to do, the
+(bench/code_health/results/error_sites.json): one line naming what failed, where, and what to do, the
 kind's exit code (4 fetch, 5 patch, 6 build, 3 toolchain), no traceback, nothing half-written.
 
 Upstreams are real git repos served by real upload-pack over file:// URLs, as in

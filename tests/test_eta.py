@@ -1,7 +1,7 @@
 """Progress that tells the truth. Seen: a 9.0a build of the pruned recipe, whose order profile was measured
 for 12.0a, showed "eta 49 s" from 291 s to 340 s of a 350 s build: the estimate neither re-estimated from
 the work done nor said that the profile was for other archs. Then, with that rescaling (H200, 2026-12-03):
-"eta 151 s" from 12 s to 220 s and "eta 655 s" at 486 s of a 494 s build (bench/eta_replay.py)."""
+"eta 151 s" from 12 s to 220 s and "eta 655 s" at 486 s of a 494 s build (bench/eta/eta_replay.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_eta_without_work_done_keeps_the_recorded_times() -> None:
 
 
 def test_eta_counts_this_builds_compiles_and_finds_a_dependencys(tmp_path: Path) -> None:
-    # Seen on the H200 (bench/results/eta-replay.json): a 9.0a build on a profile measured for 12.0a printed
+    # Seen on the H200 (bench/eta/results/eta-replay.json): a 9.0a build on a profile measured for 12.0a printed
     # "eta 655 s" at 486 s of a 494 s build. The profile's TUs this build never compiles (z.cu) never finished,
     # and a dependency's TU, compiled from a folder with a hash in its name, was never seen to finish.
     tus = [*_tus(), planner.TU("csrc/z.cu", 1, 40.0, "shipped profile", 0)]

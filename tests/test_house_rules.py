@@ -1,4 +1,4 @@
-"""The house's own rules, counted by bench/code_metrics.py on the package itself: one runner of
+"""The house's own rules, counted by bench/code_health/code_metrics.py on the package itself: one runner of
 programs (build_kernel/process.py imports `subprocess`, nothing else does) and one reader of the
 environment (plan, mirrors, process: configuration; stage code gets the plan's)."""
 
@@ -11,7 +11,7 @@ from tests.conftest import REPO_ROOT
 
 
 def _metrics() -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("code_metrics", REPO_ROOT / "bench" / "code_metrics.py")
+    spec = importlib.util.spec_from_file_location("code_metrics", REPO_ROOT / "bench" / "code_health" / "code_metrics.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

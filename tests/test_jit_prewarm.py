@@ -6,7 +6,7 @@ The sglang here is one the test writes: a package shaped like sglang's `jit_kern
 `TVM_FFI_CUDA_ARCH_LIST` from `override_jit_cuda_arch`, and its builder asks torch for the GPU
 first, as `nvfp4._nvfp4_arch_env` does). It is a stand-in for the real sglang (which CI cannot
 install), nothing else is: real tvm-ffi, ninja, nvcc, cuobjdump, the real CLI. The real sglang
-at 0753182b is measured outside the repository (figures: bench/jit_prewarm_nvfp4.py from bench/raw/local-2c-2026-12-02).
+at 0753182b is measured outside the repository (figures: bench/jit_prewarm/prewarm_report.py from bench/real_build/raw/local-2c-2026-12-02).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bench/logprobs_close.py: vLLM's check_logprobs_close rule on constructed greedy outputs, and the
+"""bench/serving/logprobs_close.py: vLLM's check_logprobs_close rule on constructed greedy outputs, and the
 sglang /generate reply it reads the server's top logprobs from (token_agreement.parse_generate_response)."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from tests.conftest import REPO_ROOT
 
 
 def _bench(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO_ROOT / "bench"))  # the bench scripts import their siblings by name
+    sys.path.insert(0, str(REPO_ROOT / "bench" / "serving"))  # the bench scripts import their siblings by name
     try:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / "serving" / f"{name}.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up while the class is made
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
+        sys.path.remove(str(REPO_ROOT / "bench" / "serving"))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""bench/fp8_block.py and bench/tiny_moe.py: block-FP8 quantization as SGLang's fp8 loader reads it (scale
+"""bench/serving/fp8_block.py and bench/serving/tiny_moe.py: block-FP8 quantization as SGLang's fp8 loader reads it (scale
 shapes, the rounding bound the module states), which weights the FP8 copy quantizes, and the MoE shape."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from tests.conftest import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    sys.path.insert(0, str(REPO_ROOT / "bench" / "serving"))
     try:
         import fp8_block
         import tiny_moe
 
         yield fp8_block, tiny_moe
     finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
+        sys.path.remove(str(REPO_ROOT / "bench" / "serving"))
 
 
 def test_block_fp8_round_trip_stays_within_the_stated_bound(bench: tuple[ModuleType, ModuleType]) -> None:

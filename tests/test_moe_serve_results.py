@@ -1,4 +1,4 @@
-"""bench/gpu_h200_moe_serve.py: the H200 run's tarball (as gpu_h200_moe_serve.sh packs it) into the results file:
+"""bench/serving/moe_serve_report.py: the H200 run's tarball (as moe_serve_on_gpu_host.sh packs it) into the results file:
 each kernel family of issue 41 found among the ops the server called, or named missing; the logprob-close
 verdict beside the exact-id figure; throughput per concurrency."""
 
@@ -30,7 +30,7 @@ def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path:
     bench = {"argv": ["python", "-m", "sglang.launch_server"], "sglang": "0.5.9", "ops": ops,
              "resolved": {"resolved": {"attention_backend": "fa3"}, "cuda_graph": "captured", "failures": []},
              "server": {"seconds_to_healthy": 41.5, "smoke": {"tokens": 32}},
-             "checks": [{"command": "python bench/token_agreement.py", "returncode": 0, "seconds": 20.0}],
+             "checks": [{"command": "python bench/serving/token_agreement.py", "returncode": 0, "seconds": 20.0}],
              "bench": [{"concurrency": 1, "output_throughput": 480.0}, {"concurrency": 32, "output_throughput": 9100.0}]}
     verdict = {"prompt": 3, "passed": True, "identical": False, "first_divergence": 5, "tokens": [371, 268],
                "a_token_rank_in_b": 1, "b_token_rank_in_a": 2, "reason": ""}
@@ -47,7 +47,7 @@ def test_the_results_name_the_families_that_ran_and_those_that_did_not(tmp_path:
         _add(tar, "notes.txt", "attention: --attention-backend flashinfer: no flash_ops\n")
         _add(tar, "steps.txt", "40 s: checkpoints rc=0\n")
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(raw), "--out",
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(raw), "--out",
                            str(out)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -82,7 +82,7 @@ def test_the_throughput_pair_is_ours_over_the_reference_per_concurrency(tmp_path
     main = raw("main", "ours.whl", 500.0, 9000.0)
     ours, ref = raw("ours", "ours.whl", 490.0, 9100.0), raw("ref", "unpruned.whl", 500.0, 9000.0)
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out", str(out),
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(main), "--out", str(out),
                            "--throughput-pair", str(ours), str(ref)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     pair = json.loads(out.read_text())["throughput_pair"]
@@ -110,7 +110,7 @@ def test_ours_again_measures_the_order_and_upstream_wheel_says_why_it_cannot_loa
     sha = tmp_path / "sha256"
     sha.write_text("abc123  x.whl\n-rw-r--r-- 1 root root 535601072 Dec  5 19:37 x.whl\n")
     out = tmp_path / "result.json"
-    bench = [sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out", str(out)]
+    bench = [sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(main), "--out", str(out)]
     proc = subprocess.run([*bench, "--throughput-pair", str(ours), str(ref), str(again), "--upstream-wheel", str(doctor),
                            str(sha)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -162,7 +162,7 @@ def test_the_run_the_bisect_and_a_retried_start_are_kept(tmp_path: Path) -> None
         _add(tar, "notes.txt", "attention: --attention-backend flashinfer (ATTENTION: one backend for both wheels)\n")
         _add(tar, "server.log", failure + "\n")
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(main), "--out",
                            str(out), "--run", str(run), "--bisect", str(bisect)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
@@ -185,7 +185,7 @@ def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_groupe
     def start(ctx_flag: str, sizes: str, tail: str) -> str:
         return (f"$ /x/python -m sglang.launch_server --model-path /m --port 30000{ctx_flag}  # started 2026-12-05\n"
                 "[t] Capture piecewise CUDA graph begin. avail mem=12 GB\n"
-                f"[t] Capture cuda graph num tokens [{sizes}]\n$ /x/python bench/token_agreement.py\n{tail}\n")
+                f"[t] Capture cuda graph num tokens [{sizes}]\n$ /x/python bench/serving/token_agreement.py\n{tail}\n")
     log = (start("", "4, 8, 4096, 8192", "[t] Capture piecewise CUDA graph end.")
            + start(" --context-length 4096", "4, 8, 4096, 8192",
                    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`"))
@@ -199,7 +199,7 @@ def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_groupe
         _add(tar, "config-bf16.json", {"max_position_embeddings": 32768})
         _add(tar, "server.log", log)
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(main), "--out",
                            str(out)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -216,7 +216,7 @@ def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_groupe
 
 def test_a_launch_only_start_and_a_wheel_built_elsewhere_are_kept(tmp_path: Path) -> None:
     """Issue 55: `SMOKE_ONLY=1` (`serve --launch --smoke-only`: health and smoke, no bench) of a wheel carried to the
-    host, so gpu_issues53_55.sh's run pack has only the wheel's `sha256sum; ls -l` line (wheel43.sha256)."""
+    host, so nightly_build_test_serve.sh's run pack has only the wheel's `sha256sum; ls -l` line (wheel43.sha256)."""
     launch = {"mode": "launch", "server": {"seconds_to_healthy": 90.6, "smoke": {"tokens": 32, "tokens_per_s": 908.4}},
               "resolved": {"resolved": {"attention_backend": "fa3"}, "cuda_graph": "captured"}}
     main = tmp_path / "moe-serve-raw-t43.tar.gz"
@@ -228,7 +228,7 @@ def test_a_launch_only_start_and_a_wheel_built_elsewhere_are_kept(tmp_path: Path
         _add(tar, "wheel43.sha256", "cd34  /tmp/w43/sglang_kernel-0.4.3+y-cp310-abi3-linux_x86_64.whl\n-rw-r--r-- 1 root "
                                     "root 10767861 Dec  6 10:00 /tmp/w43/sglang_kernel-0.4.3+y-cp310-abi3-linux_x86_64.whl\n")
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_h200_moe_serve.py"), str(main), "--out",
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(main), "--out",
                            str(out), "--run", str(run)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())

@@ -1,4 +1,4 @@
-"""bench/prune_context.py: the pruned build's own compile of one object, read from a real ninja manifest, with every
+"""bench/pruning/prune_context.py: the pruned build's own compile of one object, read from a real ninja manifest, with every
 GPU family turned on (the pruning defines dropped, the recorder's launcher dropped, the object written elsewhere),
 and the three-way comparison docs/pruning.md relies on: each named function's normalised SASS in the pruned, the
 unpruned and the all-families object, and the verdict. Run here on the session's real miniature pair (the pruned
@@ -19,7 +19,7 @@ import pytest
 from build_kernel.stages.verify import cubins, prune_proof
 from tests.conftest import REPO_ROOT, DemoBuild
 
-SCRIPT = REPO_ROOT / "bench" / "prune_context.py"
+SCRIPT = REPO_ROOT / "bench" / "pruning" / "prune_context.py"
 sys.path.insert(0, str(SCRIPT.parent))
 from prune_context import (  # noqa: E402
     NOT_THE_TU,
@@ -50,7 +50,7 @@ def test_the_command_is_the_pruned_builds_own_with_every_family_on(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("pruned", "unpruned", "all_families", "said"), [
-    ("a", "b", "b", THE_TU),  # the 0.4.3 9.0a pair's two fp8 kernels (bench/raw/local-2c-2026-12-06d-prune-context)
+    ("a", "b", "b", THE_TU),  # the 0.4.3 9.0a pair's two fp8 kernels (bench/pruning/raw/local-2c-2026-12-06d-prune-context)
     ("a", "b", "c", NOT_THE_TU),
     ("a", "a", "a", SAME),
     (None, "b", "b", PRUNED_AWAY),

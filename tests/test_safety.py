@@ -1,6 +1,6 @@
 """The safety logic, each piece made to matter: tests that fail when it goes.
 
-Found by mutation testing (`make mutate`, bench/mutation.py): publish's import check after
+Found by mutation testing (`make mutate`, bench/code_health/mutation.py): publish's import check after
 the install-back, the all-or-nothing restore after a partly applied series, the static
 folder's lock and restore, the fetch cache's partial folder and marker, atomic writes.
 Real pieces: git repos, wheels, pip, processes racing each other. The faults are injected

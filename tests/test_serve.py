@@ -80,7 +80,7 @@ def serve_env(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -
                           "huggingface_hub<1.0", "transformers==4.57.1"], capture_output=True, text=True, check=False)
     assert pip.returncode == 0, pip.stderr
     model = tmp_path_factory.mktemp("tiny-model")
-    made = subprocess.run([env.python, str(REPO_ROOT / "bench" / "tiny_model.py"), str(model), "--tokenizer-only"],
+    made = subprocess.run([env.python, str(REPO_ROOT / "bench" / "serving" / "tiny_model.py"), str(model), "--tokenizer-only"],
                           capture_output=True, text=True, check=False)
     assert made.returncode == 0, made.stderr
     env.model = model
@@ -201,7 +201,7 @@ def test_fp8_kv_with_scales_is_left_alone(serve_env: ServeEnv, tmp_path: Path) -
 
 
 def test_piecewise_cuda_graphs_past_a_short_context_are_capped_with_sglang_059(serve_env: ServeEnv) -> None:
-    """The tiny model's context is 4,096 (bench/tiny_model.py); sglang 0.5.9 captures piecewise CUDA graphs only with
+    """The tiny model's context is 4,096 (bench/serving/tiny_model.py); sglang 0.5.9 captures piecewise CUDA graphs only with
     --enable-piecewise-cuda-graph, up to its chunked prefill size: then, and only then, the cap is added."""
     plain = serve_env.cli(serve_recipe(serve_env.root, serve_env.model, args='["--tp", "1"]'), "--json")
     assert plain.returncode == 0, plain.stderr
@@ -430,12 +430,12 @@ def test_the_pipeline_checks_serve_last_when_the_recipe_has_it(serve_env: ServeE
 # --- which kernels ran, and the user's checks (a MoE-shaped checkpoint, through the double) ---
 
 def _moe_model(serve_env: ServeEnv, folder: Path) -> Path:
-    """bench/tiny_moe.py's config beside the tiny tokenizer: the double's scheduler calls sgl_kernel ops for it."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    """bench/serving/tiny_moe.py's config beside the tiny tokenizer: the double's scheduler calls sgl_kernel ops for it."""
+    sys.path.insert(0, str(REPO_ROOT / "bench" / "serving"))
     try:
         import tiny_moe
     finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
+        sys.path.remove(str(REPO_ROOT / "bench" / "serving"))
     shutil.copytree(serve_env.model, folder)
     (folder / "config.json").write_text(json.dumps(tiny_moe.config(tiny_moe.Shape())))
     return folder

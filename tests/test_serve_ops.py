@@ -33,12 +33,12 @@ def _free_port() -> int:
 
 
 def _moe_checkpoint(folder: Path) -> Path:
-    """The tiny MoE's config (bench/tiny_moe.py), no weights: the double reads only config.json."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    """The tiny MoE's config (bench/serving/tiny_moe.py), no weights: the double reads only config.json."""
+    sys.path.insert(0, str(REPO_ROOT / "bench" / "serving"))
     try:
         import tiny_moe
     finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
+        sys.path.remove(str(REPO_ROOT / "bench" / "serving"))
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(tiny_moe.config(tiny_moe.Shape())))
     return folder

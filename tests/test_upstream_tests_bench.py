@@ -1,4 +1,4 @@
-"""bench/h200_upstream_tests.py's pruned-vs-unpruned comparison (issue 42 item 3): file by file, a stand-in only
+"""bench/upstream_tests/tests_report.py's pruned-vs-unpruned comparison (issue 42 item 3): file by file, a stand-in only
 for an unfinished file that calls no FA3, a timeout explained only when nothing failed."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 from tests.conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-from h200_upstream_tests import _test_seconds, pruned_vs_unpruned
+sys.path.insert(0, str(REPO_ROOT / "bench" / "upstream_tests"))
+from tests_report import _test_seconds, pruned_vs_unpruned
 
 
 def _row(file: str, status: str = "passed", passed: int = 3, failed: int = 0, skipped: int = 0,

@@ -1,6 +1,6 @@
 """Issue 53's arch table: every arch CUDA 13's nvcc lists, planned from the shipped recipe with no overlay, beside
-the real builds of bench/results/arch-builds.json and the GPU host's 9.0a build that served the tiny MoE
-(bench/results/gpu_h200_moe_serve.json, its "run").
+the real builds of bench/arch_builds/results/arch-builds.json and the GPU host's 9.0a build that served the tiny MoE
+(bench/serving/results/moe-serve.json, its "run").
 
 Per arch: whether the shipped recipe plans it (or the one line that refuses it), the libraries its GPUs load,
 FP4, FA3, sparse FA and FlashMLA as the plan says (verify's own rules: targets.arch_rows), and, where a build of
@@ -8,8 +8,8 @@ that arch exists, its tool step, compiler CPU s, jobs, OOM kills and verify per 
 nothing; the toolkit's list is this host's `nvcc --list-gpu-arch` (each arch also with `a` from 9.0 and `f` from 10.0, as nvcc takes
 it, and `+PTX` rows).
 
-    python bench/arch_table.py [--recipe nightly-cu130] [--builds bench/results/arch-builds.json] \
-        [--serve-run bench/results/gpu_h200_moe_serve.json] [--out bench/results/arch-table.json]
+    python bench/arch_builds/arch_table.py [--recipe nightly-cu130] [--builds bench/arch_builds/results/arch-builds.json] \
+        [--serve-run bench/serving/results/moe-serve.json] [--out bench/arch_builds/results/arch-table.json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from build_kernel.errors import BuildKernelError
 from build_kernel.plan import resolve
 from build_kernel.resources import Resources
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The plan's job count is not part of the table: fixed resources keep each row independent of this box's load.
 RESOURCES = Resources(cpus=16, cpus_why="table", memory_bytes=128 * 1024**3, memory_why="table")
 
@@ -72,9 +72,9 @@ def built(builds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="nightly-cu130")
-    ap.add_argument("--builds", type=Path, default=ROOT / "bench" / "results" / "arch-builds.json")
-    ap.add_argument("--serve-run", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arch-table.json")
+    ap.add_argument("--builds", type=Path, default=ROOT / "bench" / "arch_builds" / "results" / "arch-builds.json")
+    ap.add_argument("--serve-run", type=Path, default=ROOT / "bench" / "serving" / "results" / "moe-serve.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "arch_builds" / "results" / "arch-table.json")
     args = ap.parse_args()
     kit = targets.toolkit(dict(os.environ))
     archs = asked_archs(kit)

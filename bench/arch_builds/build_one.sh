@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Issue 53 item 4: one real build of a recipe for one arch list by the tool, with static verify per library, its raw
 # outputs packed as the other build runs' are (`<label>/{host.txt,build.err,build.json,verify.json,mem.txt,
-# ninja_log.txt,profile.sqlite}`), so bench/arch_builds.py writes bench/results/arch-builds.json from them.
+# ninja_log.txt,profile.sqlite}`), so bench/arch_builds/builds_report.py writes bench/arch_builds/results/arch-builds.json from them.
 #
-#   RECIPE=/tmp/ov/local.toml ARCH=8.9 LABEL=sm89-2c bash bench/arch_build.sh      # this host
+#   RECIPE=/tmp/ov/local.toml ARCH=8.9 LABEL=sm89-2c bash bench/arch_builds/build_one.sh      # this host
 #
 # Runs anywhere the tool runs: the 2-core GPU-less box or the GPU host (the same script in a device call). The
 # recipe is an overlay of a shipped one with only the host's lines (torch = "existing", snapshot stand-ins): the
 # shipped recipe's archs, FP4 and rules are what is measured. Sources come through git's own config environment
-# (GIT_CONFIG_*, set by the caller), never a committed file. Environment: OUT (bench/raw/<date>-<label>),
+# (GIT_CONFIG_*, set by the caller), never a committed file. Environment: OUT (bench/<study>/raw/<host>-<date>),
 # BUILD_KERNEL_CACHE_DIR (the caller's), COLLECT=1 (pack what there is and stop), FORCE=1 (a cold build: `build
 # --force` drops a cached wheel and the key's build folder, so every compile runs), OFFLINE=1 (sources from the
 # cache's mirrors only: a GPU host without network).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 LABEL=${LABEL:?a label, e.g. sm89-2c}
-OUT=${OUT:-$REPO/bench/raw/arch-builds}
+OUT=${OUT:-$REPO/bench/arch_builds/raw/unsorted}
 R=/tmp/arch-build-raw/$LABEL
 C=${BUILD_KERNEL_CACHE_DIR:-$HOME/.cache/build-kernel}
 pack() {
@@ -41,7 +41,7 @@ rm -rf "$R"; mkdir -p "$R"
 cp "$RECIPE" "$R/recipe.toml"
 t0=$(date +%s)
 step() { echo "$* $(( $(date +%s) - t0 )) s" >> "$R/steps.txt"; pack; }
-# `seconds used-bytes` every 0.5 s, as bench/h200_arch_pruning.py's used_bytes() reads it. `%.0f`, not `%d`: mawk (Debian's awk)
+# `seconds used-bytes` every 0.5 s, as bench/pruning/pruning_table.py's used_bytes() reads it. `%.0f`, not `%d`: mawk (Debian's awk)
 # caps `%d` at 2^31-1, so every 2-core pack before 2026-12-06 12:00 reads at most 2 GiB in use (its `peak_gb` is no peak).
 sample() {
     while :; do

@@ -1,6 +1,6 @@
 """Issue 53 item 4: real builds of the shipped sgl-kernel recipe for other archs, from their raw outputs.
 
-Reads each `<label>-raw.tar.gz` that bench/arch_build.sh packed (host.txt, plan.json, build.err, mem.txt,
+Reads each `<label>-raw.tar.gz` that bench/arch_builds/build_one.sh packed (host.txt, plan.json, build.err, mem.txt,
 ninja_log.txt, profile.sqlite, verify.json, and split-proof.json where kept; or a `<label>-prune-proof.json` kept beside
 the pack) and writes one JSON file: per build the host, the archs asked and
 what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
@@ -8,13 +8,13 @@ run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower
 (archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
 which other work on a shared box moves; `largest_tu_peak` is the recorder's own peak of the largest compile.
 
-    python bench/arch_builds.py bench/raw/local-2c-2026-12-05-arch/*-raw.tar.gz \
-        bench/raw/h200-2026-12-05-pair/pt-raw.tar.gz [--out bench/results/arch-builds.json]
+    python bench/arch_builds/builds_report.py bench/arch_builds/raw/local-2c-2026-12-05-arch/*-raw.tar.gz \
+        bench/serving/raw/h200-2026-12-05-pair/pt-raw.tar.gz [--out bench/arch_builds/results/arch-builds.json]
 
-`--pair BASE NEW` (packs also given as RAW; bench/split_pair.sh's two builds on one host) adds the two side by side
+`--pair BASE NEW` (packs also given as RAW; bench/split_tus/build_pair.sh's two builds on one host) adds the two side by side
 under `pairs`: each figure of both and NEW over BASE.
 
-The GPU pack (bench/gpu_pair_and_tests.sh's pt-raw.tar.gz) has no plan.json: archs, series and jobs come from its
+The GPU pack (bench/gpu_host/pair_and_tests.sh's pt-raw.tar.gz) has no plan.json: archs, series and jobs come from its
 build.json's provenance.
 """
 
@@ -31,10 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import ROOT, compiles, member, ninja_edges, run_figures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from raw_pack import ROOT, compiles, member, ninja_edges, run_figures
 
-# arch_build.sh's memory sampler printed `%d` until 2026-12-06: mawk (Debian's awk) caps it at 2^31-1, so a pack
+# build_one.sh's memory sampler printed `%d` until 2026-12-06: mawk (Debian's awk) caps it at 2^31-1, so a pack
 # holding that value never saw the host's memory in use above 2 GiB, and has no host peak.
 SATURATED = 2**31 - 1
 SATURATED_NOTE = ("no host peak: the memory sampler saturated at 2 GiB (mawk's printf %d, before 2026-12-06); "
@@ -63,7 +63,7 @@ def one(path: Path, resumed: bool = False) -> dict[str, Any]:
     beside = path.with_name(path.name.removesuffix("-raw.tar.gz") + "-prune-proof.json")
     if proof is None and beside.is_file():  # a proof run elsewhere than the build (its wheels brought back from a GPU host)
         proof = json.loads(beside.read_text())
-    # arch_build.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
+    # build_one.sh's host.txt starts with the core count and names the GPU third; the GPU scripts' (bench/
     # gpu_host_lib.sh host_record) start with the date and name the GPU by nvidia-smi's line.
     cores = next((int(h) for h in host if h.strip().isdigit()), None)
     gpu = next((h for h in host if h.startswith("NVIDIA")), host[2] if len(host) > 2 else None)
@@ -224,7 +224,7 @@ def main() -> None:
     ap.add_argument("raw", nargs="+", type=Path)
     ap.add_argument("--resumed", action="append", type=Path, default=[],
                     help="a pack (also given as RAW) of a build resumed in a folder an earlier run began")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arch-builds.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "arch_builds" / "results" / "arch-builds.json")
     ap.add_argument("--pair", nargs=2, action="append", type=Path, default=[], metavar=("BASE", "NEW"),
                     help="two packs (also given as RAW) of one host to put side by side, NEW over BASE")
     args = ap.parse_args()

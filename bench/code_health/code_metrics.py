@@ -4,7 +4,7 @@ Modules over 300 lines, functions over 60 lines, modules importing `subprocess` 
 the process module, and `os.environ` reads outside configuration (plan, mirrors, cli's
 option resolution). Run before and after a refactor, on the same tree layout rules:
 
-    python bench/code_metrics.py [--root build_kernel] [--json]
+    python bench/code_health/code_metrics.py [--root build_kernel] [--json]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Where reading the environment is the job: configuration resolution and the process module.
 CONFIG_MODULES = {"plan.py", "config.py", "mirrors.py", "process.py"}
 # Programs of their own, run by the build with the environment the tool made for it: the compiler

@@ -7,7 +7,7 @@ of one (pure relays like `Target.fail` left out), recipe `problems.add(`, `probl
 the statement run, CLI subprocesses included (COVERAGE_PROCESS_START + a .pth, removed after);
 inside a lambda: the lambda ran (its entry arc in the branch data).
 
-    python bench/error_sites.py [--markers EXPR ("": all, ~10 min)] [--data .coverage] [--save-data F] [--json]
+    python bench/code_health/error_sites.py [--markers EXPR ("": all, ~10 min)] [--data .coverage] [--save-data F] [--json]
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "build_kernel"
-OUT = ROOT / "bench" / "results" / "error_sites.json"
+OUT = ROOT / "bench" / "code_health" / "results" / "error_sites.json"
 DEFAULT_MARKERS = "not slow and not network"
 DOMAIN = {"BuildKernelError", "RecipeError", "ToolchainError", "FetchError", "PatchError", "BuildError",
           "VerifyError", "PublishError", "ServeError", "NotBuiltYet"}

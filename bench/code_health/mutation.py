@@ -1,8 +1,8 @@
 """Mutation testing of the safety logic (mutmut 3, configured in pyproject [tool.mutmut]).
 
-    python bench/mutation.py run [--max-children N] [--deadline S] [--survivors] [--extended]
-    python bench/mutation.py report --label before|after [--out bench/results/mutation.json]
-    python bench/mutation.py survivors            # one line per mutant in scope not killed
+    python bench/code_health/mutation.py run [--max-children N] [--deadline S] [--survivors] [--extended]
+    python bench/code_health/mutation.py report --label before|after [--out bench/code_health/results/mutation.json]
+    python bench/code_health/mutation.py survivors            # one line per mutant in scope not killed
 
 `run` mutates only the functions in SCOPE (the all-or-nothing patch series, the patched
 tree's partial folder / lock / marker, the fetch lock, publish's install-back import check
@@ -30,9 +30,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = ROOT / "mutants"
-RESULTS = ROOT / "bench" / "results" / "mutation.json"
+RESULTS = ROOT / "bench" / "code_health" / "results" / "mutation.json"
 
 # module -> the functions (mutmut's mangled names) whose mutants count: the safety logic.
 SCOPE: dict[str, list[str]] = {

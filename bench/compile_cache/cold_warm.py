@@ -8,7 +8,7 @@ same path as the cold build. Each build is the CLI in a subprocess with its own 
 command's, fetch and patch of the fresh home included; `cpu s` counts the build's
 children only, so sccache's compiles (run by its server, not a child) are not in it.
 
-    python bench/compile_cache_bench.py [--tools ccache,sccache] [--out bench/results/compile_cache.json]
+    python bench/compile_cache/cold_warm.py [--tools ccache,sccache] [--out bench/compile_cache/results/compile_cache.json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel.compile_cache import engines, settings
@@ -62,7 +62,7 @@ def build(recipe: Path, home: Path, tool: str, url: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tools", default="ccache,sccache")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compile_cache.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "compile_cache" / "results" / "compile_cache.json")
     args = ap.parse_args()
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")

@@ -7,9 +7,9 @@ profile (measured for 12.0a) printed "eta 151 s" from 12 s to 220 s, then 716 s 
 486 s of a 494 s build: the estimate stood still, counted TUs the build never compiles (the profile's 12.0a
 batches) as still to come, and never matched a dependency's TU (built in a folder with a hash in its name).
 
-    python bench/eta_replay.py pack LABEL NINJA_LOG BUILD_ERR --profile recipes/X.profile.csv --jobs 15 \
-        --out bench/raw/h200-2026-12-03-unpruned/LABEL-eta.json
-    python bench/eta_replay.py report bench/raw/h200-2026-12-03-unpruned/*-eta.json --out bench/results/eta-replay.json
+    python bench/eta/eta_replay.py pack LABEL NINJA_LOG BUILD_ERR --profile recipes/X.profile.csv --jobs 15 \
+        --out bench/eta/raw/h200-2026-12-03-unpruned/LABEL-eta.json
+    python bench/eta/eta_replay.py report bench/eta/raw/h200-2026-12-03-unpruned/*-eta.json --out bench/eta/results/eta-replay.json
 
 A raw file holds only what this reads: each edge's start, end (ms) and output, and the printed progress lines
 (`[N/M] T s, eta E s`). The printed times count from the build step's start, configure included; the replay's
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel.stages.builder import planner
@@ -120,7 +120,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report")
     r.add_argument("raws", type=Path, nargs="+")
-    r.add_argument("--out", type=Path, default=ROOT / "bench/results/eta-replay.json")
+    r.add_argument("--out", type=Path, default=ROOT / "bench/eta/results/eta-replay.json")
     args = parser.parse_args()
     if args.cmd == "pack":
         args.out.write_text(json.dumps({"label": args.label, **pack(args.ninja_log, args.build_err, args.profile,

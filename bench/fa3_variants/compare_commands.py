@@ -7,8 +7,8 @@ full build's. `digest` reduces a configure's build.ninja to what this compares, 
 upstream's tree: per FA3 unit the sha256 of its ninja edge (the build folder's own path normalised) and its
 -D defines. `compare` reads two digests.
 
-    python bench/fa3_commands.py digest BUILD/cmake/build.ninja --out full.json
-    python bench/fa3_commands.py compare full.json pruned.json [--out bench/results/fa3-variants-commands.json]
+    python bench/fa3_variants/compare_commands.py digest BUILD/cmake/build.ninja --out full.json
+    python bench/fa3_variants/compare_commands.py compare full.json pruned.json [--out bench/fa3_variants/results/fa3-variants-commands.json]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EDGE = re.compile(r"build (\S+?(?:instantiations/(flash_fwd_\S+?\.cu)|hopper/(flash_api\.cpp|flash_fwd_combine\.cu|"
                   r"flash_prepare_scheduler\.cu))\.o):")
 HOST = ("flash_api.cpp", "flash_fwd_combine.cu", "flash_prepare_scheduler.cu")
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare", help="two digests: the kept units against the full build's")
     c.add_argument("full", type=Path)
     c.add_argument("pruned", type=Path)
-    c.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fa3-variants-commands.json")
+    c.add_argument("--out", type=Path, default=ROOT / "bench" / "fa3_variants" / "results" / "fa3-variants-commands.json")
     args = ap.parse_args(argv)
     if args.command == "digest":
         args.out.write_text(json.dumps(digest(args.ninja.read_text()), indent=1, sort_keys=True) + "\n")

@@ -4,7 +4,7 @@ Run with an interpreter that has the wheel (and torch) on a 9.0 GPU: each call i
 softcap combination through sgl_kernel.flash_attn.flash_attn_varlen_func, checked against torch's attention
 where it runs. Prints one JSON object (the wheel's flash_ops_variants.json and one row per call).
 
-    python bench/fa3_probe.py > probe.json
+    python bench/fa3_variants/probe_calls.py > probe.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Side by side in one run, each from an empty folder, for every repository the rec
 - ours: the tool's fetch (the pin by SHA, blob-less, sparse to the paths the build reads).
 Bytes are what lands on disk (mirrors + trees); times are wall seconds.
 
-    python bench/fetch_cost.py --recipe nightly-cu130 [--out bench/results/fetch_cost.json]
+    python bench/fetch_cost/mirrors_vs_tool.py --recipe nightly-cu130 [--out bench/fetch_cost/results/fetch_cost.json]
 
 Servers must allow filters and SHA wants for the blob-less path (GitHub does; a local
 `git daemon`/file:// mirror needs uploadpack.allowFilter and uploadpack.allowAnySHA1InWant).
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel import recipe as recipe_mod
@@ -68,7 +68,7 @@ def measure(name: str, url: str, commit: str, paths: tuple[str, ...], plan: Plan
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", required=True)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fetch_cost.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "fetch_cost" / "results" / "fetch_cost.json")
     args = parser.parse_args()
     plan = resolve(recipe_mod.load(args.recipe))
     r = plan.recipe

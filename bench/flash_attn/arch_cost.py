@@ -4,11 +4,11 @@ Compiles each given TU of a fetched flash-attn tree once per arch of upstream's 
 `FLASH_ATTN_CUDA_ARCHS` (80;90;100;120), with setup.py's own nvcc flags and `--threads 1`, and
 records the compiler's CPU seconds and peak RSS (wait4's rusage of the nvcc tree). Upstream's
 build runs all four gencodes in one nvcc per TU; the CPU of that is the sum of these (nvcc
---threads only runs them side by side). Raw output, one JSON file; bench/h200_flash_attn.py reads it.
+--threads only runs them side by side). Raw output, one JSON file; bench/flash_attn/build_report.py reads it.
 
-    python bench/flash_attn_arch_cost.py --src <cache>/build/<key>/src \
+    python bench/flash_attn/arch_cost.py --src <cache>/build/<key>/src \
         csrc/flash_attn/src/flash_fwd_hdim64_fp16_sm80.cu csrc/flash_attn/src/flash_bwd_hdim128_bf16_causal_sm80.cu \
-        --out bench/raw/local-2c-2026-12-03-fa/arch-cost.json
+        --out bench/flash_attn/raw/local-2c-2026-12-03-fa/arch-cost.json
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 # device call's worth (the whole build is ~1,100 s on the host's 16 cores; in a 32 GiB cgroup, at 5 jobs, ~3,500 s,
 # longer than a machine is held, so that part is always cut and says so):
 #
-#   PART=host   bash bench/gpu_h200_flash_attn.sh   # build on all cores, verify, flash-attn's own tests (the
+#   PART=host   bash bench/flash_attn/build_on_gpu_host.sh   # build on all cores, verify, flash-attn's own tests (the
 #                                                   # recipe's [test] args subset) -> $OUT/fa-h-raw.tar.gz
-#   PART=cgroup bash bench/gpu_h200_flash_attn.sh   # the same build in a 32 GiB memory cgroup, cut at BUDGET_S
+#   PART=cgroup bash bench/flash_attn/build_on_gpu_host.sh   # the same build in a 32 GiB memory cgroup, cut at BUDGET_S
 #                                                   # -> $OUT/fa-c-raw.tar.gz
 #
 # Run detached (setsid) and collect with COLLECT=1 (packs what there is, whole or partial). Each step packs
 # again, so a machine taken back mid-run still leaves what was done in the tarball of the last collect.
-# bench/h200_flash_attn.py turns the tarballs into bench/results/h200-flash-attn.json.
+# bench/flash_attn/build_report.py turns the tarballs into bench/flash_attn/results/flash-attn.json.
 #
 # Environment: RECIPE (an overlay of recipes/flash-attn-2.8.3.toml for the host: [toolchain] torch = "existing",
 # cuda = "13.0", cuda_source = "system"; [build] arch = ["9.0"]; [test] resolve = false), MIRRORS (bare mirrors of flash-attention and cutlass, copied into
@@ -19,7 +19,7 @@
 # packages installed into a --target folder.
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PART=${PART:-host}
 OUT=${OUT:-/tmp/fa-out}
 R=/tmp/fa-raw/$PART; D=${PART:0:1}
@@ -43,7 +43,7 @@ export PYTHONPATH=$REPO:/tmp/bk-site BUILD_KERNEL_CACHE_DIR=$C BUILD_KERNEL_OUTP
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; nvcc --version | tail -1; } > "$R/host.txt" 2>&1
 t0=$(date +%s)
 step() { echo "$* $(( $(date +%s) - t0 )) s" >> "$R/steps.txt"; COLLECT=1 PART=$PART OUT=$OUT bash "$0" > /dev/null; }
-# `seconds used-bytes [cgroup-current]` every 0.5 s, as bench/h200_flash_attn.py reads it.
+# `seconds used-bytes [cgroup-current]` every 0.5 s, as bench/flash_attn/build_report.py reads it.
 sample() {
     while :; do
         used=$(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print (t-a)*1024}' /proc/meminfo)

@@ -1,13 +1,13 @@
 """flash-attn 2.8.3 built by the tool for 9.0 on the H200 host, verified and tested there: issue 40 item 4.
 
 Reads the raw outputs of two device calls and writes one JSON file:
-- `bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz` (bench/gpu_h200_flash_attn.sh PART=host): the build on the
+- `bench/flash_attn/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz` (bench/flash_attn/build_on_gpu_host.sh PART=host): the build on the
   host's 16 cores, whole, then `verify` and flash-attn's own tests (the recipe's [test] subset) on the GPU;
-- `bench/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz` (that script's first form, PART=cgroup): the same build in a
+- `bench/flash_attn/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz` (that script's first form, PART=cgroup): the same build in a
   32 GiB memory cgroup, cut by `timeout` when the session's device time ran out (at 5 jobs the build is
   longer than the 28 minutes a machine is held: it cannot finish there);
 and the per-arch compile cost of two flash-attn TUs measured on the local 2-core machine
-(bench/flash_attn_arch_cost.py). Nothing in it is typed by hand; what is projected rather than measured
+(bench/flash_attn/arch_cost.py). Nothing in it is typed by hand; what is projected rather than measured
 says so in its key.
 
 - jobs: the tool's own choice and the rule it printed (`jobs = clamp(...)`);
@@ -21,7 +21,7 @@ says so in its key.
 - replays (list scheduling of the measured edge times on the build's job slots, a projection): in the
   order the edges really started (it must give back the measured span: the model's check) and longest
   first, the order a build with the recorded or the shipped profile (recipes/flash-attn-2.8.3.profile.csv,
-  written from this run by bench/order_profile.py) starts them in; and the cgroup's whole build at its
+  written from this run by bench/real_build/order_profile.py) starts them in; and the cgroup's whole build at its
   job count, from the host's edge times (an upper estimate: 5 jobs contend less than 16);
 - upstream's own rule (setup.py: MAX_JOBS = max(1, min(os.cpu_count() // 2, psutil available GB / 9)),
   NVCC_THREADS 4): psutil reads /proc/meminfo, which a cgroup does not change, so in the cgroup
@@ -29,8 +29,8 @@ says so in its key.
 - upstream's default four-arch build (80;90;100;120) vs 9.0 alone: the median over the measured
   TUs of (sum of the four archs' CPU) / (9.0's CPU), and that factor times the build's compiler CPU s.
 
-    python bench/h200_flash_attn.py bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz \
-        bench/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz --arch-cost bench/raw/local-2c-2026-12-03-fa/arch-cost.json
+    python bench/flash_attn/build_report.py bench/flash_attn/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz \
+        bench/flash_attn/raw/h200-2026-12-03-fa/fa-c-raw.tar.gz --arch-cost bench/flash_attn/raw/local-2c-2026-12-03-fa/arch-cost.json
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ import heapq
 import json
 import re
 import statistics
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
 # The profile database's rows and the ninja log's edges, one reader for every bench script.
-from h200_arch_pruning import ROOT, compiles, max_overlap, ninja_edges
+from raw_pack import ROOT, compiles, max_overlap, ninja_edges
 
 UPSTREAM_GB_PER_JOB = 9  # setup.py: "each JOB peak memory cost is ~8-9GB when threads = 4"
 UPSTREAM_NVCC_THREADS = 4
@@ -181,8 +183,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("host_raw", type=Path, help="fa-h-raw.tar.gz: the build on the host's cores")
     parser.add_argument("cgroup_raw", type=Path, help="fa-c-raw.tar.gz: the build in a memory cgroup")
-    parser.add_argument("--arch-cost", type=Path, required=True, help="bench/flash_attn_arch_cost.py's output")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h200-flash-attn.json")
+    parser.add_argument("--arch-cost", type=Path, required=True, help="bench/flash_attn/arch_cost.py's output")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "flash_attn" / "results" / "flash-attn.json")
     args = parser.parse_args()
     host_raw, cg_raw = members(args.host_raw), members(args.cgroup_raw)
     host, cg = run_figures(args.host_raw), run_figures(args.cgroup_raw)

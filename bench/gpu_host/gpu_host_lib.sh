@@ -1,4 +1,4 @@
-# Steps shared by the GPU-host scripts (bench/gpu_h200_issue54.sh, bench/gpu_pair_and_tests.sh): sourced, not run.
+# Steps shared by the GPU-host scripts (bench/gpu_host/serve_probe_bisect.sh, bench/gpu_host/pair_and_tests.sh): sourced, not run.
 # They run in the repository copy (cwd) with its carried .device folder; REPO and BUILD_KERNEL_CACHE_DIR are the
 # caller's.
 

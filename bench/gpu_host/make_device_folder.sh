@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Make the gitignored .device/ folder that bench/gpu_h200_issue54.sh (and gpu_h200_moe_serve.sh) carry to the GPU
+# Make the gitignored .device/ folder that bench/gpu_host/serve_probe_bisect.sh (and moe_serve_on_gpu_host.sh) carry to the GPU
 # host, on a machine with the public snapshots and a package index (made for issue 54, 2026-12-05: 49 MB, under the
 # device tool's 64 MiB carry with the tree's ~5 MB):
 #
-#   MIRRORS=/work/.mirror bash bench/make_device_folder.sh
+#   MIRRORS=/work/.mirror bash bench/gpu_host/make_device_folder.sh
 #
 # MIRRORS: a folder of bare snapshots named <owner>+<name>/repo (sgl-project/sglang as
 # ai-blaise+optimization-playground, which keeps upstream's hashes; NVIDIA+cutlass, flashinfer-ai+flashinfer,
@@ -37,7 +37,7 @@
 #                               bench_serving import beyond the host's packages, and the sglang wheel of the
 #                               kernel's commit (built by the serve stage's own sglang_dist.build)
 set -eu
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 : "${MIRRORS:?a folder of <owner>+<name>/repo bare snapshots}"
 PY=${PY:-$REPO/.venv/bin/python}
@@ -94,7 +94,7 @@ cuda_source = "system"
 [build]
 arch = ["9.0a"]
 fp4 = false
-# The tiny MoE (bench/tiny_moe.py): head_dim 64, bf16 KV, no softcap; sglang's H200 default attention is fa3.
+# The tiny MoE (bench/serving/tiny_moe.py): head_dim 64, bf16 KV, no softcap; sglang's H200 default attention is fa3.
 fa3 = "listed"
 fa3_head_dims = ["64"]
 fa3_dtypes = ["bf16"]
@@ -265,7 +265,7 @@ cp $(ls "$D"/wh/*.whl | grep -v -E '/(sglang|flashinfer_python|apache_tvm_ffi)-'
 # the carried wheelhouses hold beyond the tool's own is named in [test] requires, beside the recipe's own. Fewer
 # is not safe: the 2026-12-06 runs named only what a local copy of the host's packages lacked, and on the host
 # sglang's import then missed pybase64 and flashinfer (6ffc74ef) or pydantic (0753182b). The host's own
-# `pip freeze` is in every gpu_shipped_tests.sh pack (host-freeze.txt).
+# `pip freeze` is in every run_on_gpu_host.sh pack (host-freeze.txt).
 test_requires() {  # $1: the overlay, $2: the recipe it extends, $3...: the wheelhouses its tests install from
   "$PY" - "$@" <<'PY'
 import sys

@@ -2,25 +2,25 @@
 # Issue 54 item 5 and issue 53 item 4 on the GPU host (one H100/H200, sm_90a, torch 2.11+cu130, no network) in one
 # hold, run detached:
 #
-#   setsid bash bench/gpu_pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &   # the whole run
-#   REF_IN=.device/ref/ref.tar bash bench/gpu_pair_and_tests.sh                  # a later call: the reference arrives
-#   COLLECT=1 bash bench/gpu_pair_and_tests.sh                                   # pack what there is into $OUT
+#   setsid bash bench/gpu_host/pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &   # the whole run
+#   REF_IN=.device/ref/ref.tar bash bench/gpu_host/pair_and_tests.sh                  # a later call: the reference arrives
+#   COLLECT=1 bash bench/gpu_host/pair_and_tests.sh                                   # pack what there is into $OUT
 #
 # The reference wheel may come by a second call: the whole carry (.device's wheelhouse and mirrors, ~49 MB) and
 # that wheel do not fit one call's 64 MiB. The run waits for it (REF_WAIT_S) before the pair, not before the build.
 # The calls, each made as soon as the one before returns (a machine stays warm 30 s after a call):
 #   1. carry .device/wh .device/mirrors .device/triton-src .device/gitenv.sh .device/h9s.toml .device/h9u.toml:
-#      DEADLINE_S=1500 setsid nohup bash bench/gpu_pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &
-#   2. carry .device/ref (ref.tar: the reference wheel, bench/results/pair-reference-build.json):
-#      REF_IN=.device/ref/ref.tar bash bench/gpu_pair_and_tests.sh; sleep 540; COLLECT=1 bash bench/gpu_pair_and_tests.sh
-#   3. and on, until steps.txt says done: sleep 570; COLLECT=1 bash bench/gpu_pair_and_tests.sh
+#      DEADLINE_S=1500 setsid nohup bash bench/gpu_host/pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &
+#   2. carry .device/ref (ref.tar: the reference wheel, bench/arch_builds/results/pair-reference-build.json):
+#      REF_IN=.device/ref/ref.tar bash bench/gpu_host/pair_and_tests.sh; sleep 540; COLLECT=1 bash bench/gpu_host/pair_and_tests.sh
+#   3. and on, until steps.txt says done: sleep 570; COLLECT=1 bash bench/gpu_host/pair_and_tests.sh
 #
 # Steps, each packed as it ends (a machine taken back loses only the step it was in):
 #  1. the shipped recipe for 9.0a with host lines only (.device/h9s.toml): build and verify, by the tool, offline
-#     from the carried partial mirrors; beside it the tiny MoE is trained on the GPU (bench/tiny_moe.py) and the
+#     from the carried partial mirrors; beside it the tiny MoE is trained on the GPU (bench/serving/tiny_moe.py) and the
 #     serve environment is made (the serve stage's own environment.create, the carried wheels --no-deps);
 #  2. the throughput pair (issue 54 item 5): the tiny MoE in bf16, one attention backend for both wheels
-#     (flashinfer: the reference has no FA3), no checks, C=1 and C=32, through bench/gpu_h200_moe_serve.sh:
+#     (flashinfer: the reference has no FA3), no checks, C=1 and C=32, through bench/serving/moe_serve_on_gpu_host.sh:
 #     ours (the step-1 wheel), the reference (v7-unpruned, built on the 2-core box with the host's torch), ours
 #     again (the order's drift: the first start also fills flashinfer's JIT cache);
 #  3. `build-kernel test` against the step-1 wheel (issue 53 item 4), upstream's own tests at the pinned commit.
@@ -29,7 +29,7 @@
 # run stopped), REF_WAIT_S (600).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/pt-out}
 R=/tmp/pt-raw MOE_OUT=/tmp/pt-moe REF=/tmp/pt-ref
@@ -42,9 +42,9 @@ if [ "${COLLECT:-0}" = 1 ]; then
   cp $MOE_OUT/*.tar.gz "$OUT/" 2>/dev/null
   cat $R/steps.txt 2>/dev/null; exit 0
 fi
-# shellcheck source=bench/gpu_host_lib.sh
-source "$REPO/bench/gpu_host_lib.sh"
-run_from_copy /tmp/pt-repo bench/gpu_pair_and_tests.sh
+# shellcheck source=bench/gpu_host/gpu_host_lib.sh
+source "$REPO/bench/gpu_host/gpu_host_lib.sh"
+run_from_copy /tmp/pt-repo bench/gpu_host/pair_and_tests.sh
 echo $$ > /tmp/pt.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/pt.pid)` stops all of it
 rm -rf $R $MOE_OUT $REF; mkdir -p $R $MOE_OUT
 # Where the reference fitted this call's carry, it is here already.
@@ -68,7 +68,7 @@ step "setup"
   COLLECT=1 OUT=$OUT bash "$0" > /dev/null; kill -INT -- -$$; sleep 8; kill -- -$$ ) &
 
 # 1. Beside the build: the checkpoints (GPU, seconds) and the serve environment (CPU, a minute).
-( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt ) &
+( python3 bench/serving/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt ) &
 MOE_PID=$!
 ( serve_env $R/env.log; echo "env rc=$?" >> $R/side.txt ) &
 ENV_PID=$!
@@ -78,7 +78,7 @@ log=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("log",
 [ -n "$log" ] && cp "$log" $R/build.log
 key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("key",""))' $R/build.json 2>/dev/null)
 cp "$BUILD_KERNEL_CACHE_DIR/build/$key/cmake/.ninja_log" $R/ninja_log.txt 2>/dev/null
-cp "$BUILD_KERNEL_CACHE_DIR/profile.sqlite" $R/ 2>/dev/null  # each compile's CPU s and peak (bench/arch_builds.py)
+cp "$BUILD_KERNEL_CACHE_DIR/profile.sqlite" $R/ 2>/dev/null  # each compile's CPU s and peak (bench/arch_builds/builds_report.py)
 bk verify "${SHIPPED[@]}" > $R/verify.json 2> $R/verify.err; step "verify rc=$?"
 wait $MOE_PID $ENV_PID; step "side: $(tr '\n' ' ' < $R/side.txt)"
 OURS=$(ls -t $BUILD_KERNEL_OUTPUT_DIR/*.whl 2>/dev/null | head -1)
@@ -101,7 +101,7 @@ serve_one() {  # $1: tag, $2: wheel, $3: recipe
     MOE_CACHE=/tmp/moe-cache OUT=$MOE_OUT BUDGET_S=$(left) VARIANTS=bf16 ATTENTION=flashinfer CHECKS=0 TAG="$1" \
     BASE_ARGS=', "--cuda-graph-max-bs", "32"' \
     BASE_WHY="decode CUDA graphs captured up to the bench's highest concurrency (32), as in the issue 54 run" \
-    bash bench/gpu_h200_moe_serve.sh > $R/serve-$1.log 2>&1
+    bash bench/serving/moe_serve_on_gpu_host.sh > $R/serve-$1.log 2>&1
   step "serve $1 rc=$?"
 }
 serve_one ours "$OURS" /tmp/pt-recipes/h9s-9.toml

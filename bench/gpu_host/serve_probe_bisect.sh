@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Issue 54 on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
 #
-#   setsid bash bench/gpu_h200_issue54.sh > /tmp/i54.log 2>&1 < /dev/null &   # the whole run
-#   COLLECT=1 bash bench/gpu_h200_issue54.sh                                   # pack what there is into $OUT
+#   setsid bash bench/gpu_host/serve_probe_bisect.sh > /tmp/i54.log 2>&1 < /dev/null &   # the whole run
+#   COLLECT=1 bash bench/gpu_host/serve_probe_bisect.sh                                   # pack what there is into $OUT
 #
 # Steps, each packed as it ends (a machine taken back loses only the step it was in):
 #  1. the tool builds the 9.0a wheel offline from the carried partial mirrors (.device/mirrors -> the cache's
-#     mirrors/), recipe .device/h9.toml; verify; meanwhile the tiny MoE is trained on the GPU (bench/tiny_moe.py)
+#     mirrors/), recipe .device/h9.toml; verify; meanwhile the tiny MoE is trained on the GPU (bench/serving/tiny_moe.py)
 #     and the serve environment is made: a venv that sees the host's torch (the serve stage's own
 #     environment.create) with the carried wheels --no-deps (sglang of the kernel's commit and what it imports:
 #     sglang's whole requirement list does not fit a carry, so no `serve --install`);
-#  2. an import check of sglang's server and bench, and bench/cublas_capture_probe.py (cuBLAS under CUDA-graph
+#  2. an import check of sglang's server and bench, and bench/serving/cublas_capture_probe.py (cuBLAS under CUDA-graph
 #     capture: torch alone, after importing the wheel, and around the wheel's ops);
-#  3. bench/gpu_h200_moe_serve.sh: bf16 and FP8, each through `build-kernel serve --bench` with the 64-prompt
+#  3. bench/serving/moe_serve_on_gpu_host.sh: bf16 and FP8, each through `build-kernel serve --bench` with the 64-prompt
 #     logprob-close check, sampled requests, the op report, C=1 and C=32; a start killed by the piecewise CUDA
 #     graph is retried with sglang's own advice (the first error kept);
 #  4. BISECT=1: the same bf16 start with piecewise CUDA graphs on and --context-length 4096, no retry (BISECT_FA3=1:
@@ -24,7 +24,7 @@
 # WHEEL_IN (a wheel an earlier hold built: no build).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/i54-out}
 R=/tmp/i54-raw G=/tmp/gb10-raw MOE_OUT=/tmp/moe-out
@@ -42,10 +42,10 @@ if [ -z "${I54_COPY:-}" ]; then
   rm -rf /tmp/i54-repo && mkdir -p /tmp/i54-repo
   cp -r build_kernel bench recipes patches examples pyproject.toml .device /tmp/i54-repo/
   git -C "$REPO" rev-parse HEAD > /tmp/i54-repo/HEAD.txt 2>/dev/null; git -C "$REPO" status --short > /tmp/i54-repo/status.txt 2>/dev/null
-  exec env I54_COPY=1 bash /tmp/i54-repo/bench/gpu_h200_issue54.sh
+  exec env I54_COPY=1 bash /tmp/i54-repo/bench/gpu_host/serve_probe_bisect.sh
 fi
-# shellcheck source=bench/gpu_host_lib.sh
-source "$REPO/bench/gpu_host_lib.sh"
+# shellcheck source=bench/gpu_host/gpu_host_lib.sh
+source "$REPO/bench/gpu_host/gpu_host_lib.sh"
 echo $$ > /tmp/i54.pid  # the run's process group (setsid): `kill -- -$(cat /tmp/i54.pid)` stops all of it
 rm -rf $R $G $MOE_OUT; mkdir -p $R $G $MOE_OUT
 cp /tmp/i54-repo/HEAD.txt /tmp/i54-repo/status.txt $R/ 2>/dev/null
@@ -66,8 +66,8 @@ step "setup"
   COLLECT=1 OUT=$OUT bash "$0" > /dev/null; kill -INT -- -$$; sleep 8; kill -- -$$ ) &
 
 # Beside the build: the checkpoints (GPU, seconds) and the serve environment (CPU, a minute).
-( python3 bench/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt
-  timeout 120 python3 bench/cublas_capture_probe.py --case torch > $R/probe-torch.jsonl 2> $R/probe-torch.err
+( python3 bench/serving/tiny_moe.py /tmp/moe-cache --device cuda > $R/moe.json 2> $R/moe.err; echo "moe rc=$?" >> $R/side.txt
+  timeout 120 python3 bench/serving/cublas_capture_probe.py --case torch > $R/probe-torch.jsonl 2> $R/probe-torch.err
   echo "probe torch rc=$?" >> $R/side.txt ) &
 MOE_PID=$!
 ( serve_env $R/env.log; echo "env rc=$?" >> $R/side.txt ) &
@@ -98,7 +98,7 @@ step "wheel into the serve environment rc=$?"
 ( /tmp/sgenv/bin/python -c 'import sglang.srt.entrypoints.http_server, sglang.bench_serving, sgl_kernel, flashinfer, deep_gemm; print("imports ok")' \
     > $R/imports.txt 2>&1; echo "imports rc=$?" >> $R/side.txt
   for c in torch+import layer; do
-    timeout 120 /tmp/sgenv/bin/python bench/cublas_capture_probe.py --case $c >> $R/probe.jsonl 2>> $R/probe.err
+    timeout 120 /tmp/sgenv/bin/python bench/serving/cublas_capture_probe.py --case $c >> $R/probe.jsonl 2>> $R/probe.err
     echo "probe $c rc=$?" >> $R/side.txt
   done ) &
 
@@ -108,9 +108,9 @@ common=(INSTALL=0 SERVE_PYTHON=/tmp/sgenv/bin/python RECIPE=.device/h9.toml WHEE
         START_TIMEOUT_S=420 MOE_CACHE=/tmp/moe-cache OUT=$MOE_OUT BUDGET_S=$(( ${DEADLINE_S:-1150} - ($(date +%s) - t0) ))
         BASE_ARGS="$common_args"
         BASE_WHY="decode CUDA graphs captured up to the bench's highest concurrency (32) instead of sglang's H200 default, so that each start (DeepGEMM/flashinfer JIT per captured size) fits the hold")
-env "${common[@]}" bash bench/gpu_h200_moe_serve.sh > $R/serve.log 2>&1; step "serve rc=$?"
+env "${common[@]}" bash bench/serving/moe_serve_on_gpu_host.sh > $R/serve.log 2>&1; step "serve rc=$?"
 
-# 4. Bisect of the piecewise CUDA-graph failure (issue 54): the tiny MoE's context is now 32,768 (bench/tiny_moe.py:
+# 4. Bisect of the piecewise CUDA-graph failure (issue 54): the tiny MoE's context is now 32,768 (bench/serving/tiny_moe.py:
 # CONTEXT), so the default start above captures 8,192-token shapes inside it. The same bf16 start with
 # --context-length 4096 (the context the 2026-12-03 run had), piecewise CUDA graphs on, no retry, should die in
 # cuBLAS again if the cause is sglang's one-request warm-up past the context; BISECT_FA3=1 adds the start with the
@@ -121,7 +121,7 @@ bisect() {  # $1: tag, $2: extra serve args, $3: ATTENTION
   # The serve log is appended across starts: each bisect's own starts only in its tarball.
   mv $BUILD_KERNEL_CACHE_DIR/logs/serve-moe-serve.log $R/server-before-$1.log 2>/dev/null
   env "${common[@]}" BASE_ARGS="${common_args}$2" BASE_WHY="bisect $1: the run's args plus$2, piecewise CUDA graphs on" VARIANTS=bf16 ATTENTION="$3" CHECKS=0 RETRY=0 TAG="$1" \
-    bash bench/gpu_h200_moe_serve.sh > $R/serve-$1.log 2>&1; step "bisect $1 rc=$?"
+    bash bench/serving/moe_serve_on_gpu_host.sh > $R/serve-$1.log 2>&1; step "bisect $1 rc=$?"
 }
 if [ "${BISECT:-1}" = 1 ]; then
   bisect pcg-context4096 ', "--context-length", "4096"' ""

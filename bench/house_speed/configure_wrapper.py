@@ -6,7 +6,7 @@ checkout (the baseline as a git worktree) with a `python` that logs each start, 
 CUDA + CXX project into a fresh folder, alternating sides, N runs. Medians of the configure's wall time and
 the count of Python starts per configure.
 
-    python bench/ninja_wrapper.py [--baseline 9c00f9c] [--runs 5] [--work /tmp/bench-ninja-wrapper]
+    python bench/house_speed/configure_wrapper.py [--baseline 9c00f9c] [--runs 5] [--work /tmp/bench-ninja-wrapper]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.baseline import checkout
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="9c00f9c")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-ninja-wrapper"))
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ninja_wrapper.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "house_speed" / "results" / "ninja_wrapper.json")
     args = parser.parse_args()
     ninja = shutil.which("ninja")
     if not ninja:

@@ -5,7 +5,7 @@ builds and verifies the miniature once to warm up, then alternates: `build` on a
 hit, and `verify` of the same bytes again. Medians of N runs of the real CLI in a fresh
 process each (what a user waits for).
 
-    python bench/house_timing.py [--baseline 8cc7a1e] [--runs 5] [--work /tmp/bench-house]
+    python bench/house_speed/noop_rebuild.py [--baseline 8cc7a1e] [--runs 5] [--work /tmp/bench-house]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.baseline import checkout
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="8cc7a1e")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-house"))
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "house_timing.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "house_speed" / "results" / "house_timing.json")
     args = parser.parse_args()
     base_src = checkout(args.baseline, args.work)
     sides = {"baseline": (base_src, args.work / "base"), "ours": (ROOT, args.work / "ours")}

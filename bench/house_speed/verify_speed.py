@@ -6,7 +6,7 @@ asked for 12.0a; then ours verifies again (the record). The upstream sgl-kernel 
 wheel from PyPI (535 MB, CUDA 12) is the case of the issue: download it into a scratch
 folder (`pip download sgl-kernel==0.3.21 --no-deps -d DIR`), never into the repository.
 
-    python bench/verify_speed.py WHEEL [--baseline 8cc7a1e] [--work /tmp/bench-verify]
+    python bench/house_speed/verify_speed.py WHEEL [--baseline 8cc7a1e] [--work /tmp/bench-verify]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.baseline import checkout
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("wheel", type=Path)
     parser.add_argument("--baseline", default="8cc7a1e")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-verify"))
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "verify_speed.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "house_speed" / "results" / "verify_speed.json")
     args = parser.parse_args()
     base_src = checkout(args.baseline, args.work)
     wheels = {}

@@ -7,14 +7,14 @@ in its interpreter) for 12.0a into a fresh tvm-ffi cache, verified each module w
 `stages/verify/jit_cache`, then loaded each again in a fresh process with sglang's `load_jit`
 (ninja finds nothing to do) and printed every figure as JSON: the raw file read here.
 
-    python bench/jit_prewarm_nvfp4.py bench/raw/local-2c-2026-12-02/jit-prewarm-nvfp4-raw.json \\
-        [--out bench/results/jit-prewarm-nvfp4-sm120a.json]
+    python bench/jit_prewarm/prewarm_report.py bench/real_build/raw/local-2c-2026-12-02/jit-prewarm-nvfp4-raw.json \\
+        [--out bench/jit_prewarm/results/nvfp4-sm120a.json]
 
-`--tool`: the raw is a device run's pack instead (bench/gpu_issues53_55.sh's i55-raw.tar.gz: `build-kernel --json
+`--tool`: the raw is a device run's pack instead (bench/gpu_host/nightly_build_test_serve.sh's i55-raw.tar.gz: `build-kernel --json
 jit-prewarm` as a user runs it, its log, the host, the serve environment's packages), issue 55 item 4 on the GPU host:
 
-    python bench/jit_prewarm_nvfp4.py --tool bench/raw/h100-2026-12-06b/i55-raw.tar.gz \\
-        --out bench/results/jit-prewarm-nvfp4-sm120a-h100.json
+    python bench/jit_prewarm/prewarm_report.py --tool bench/upstream_tests/raw/h100-2026-12-06b/i55-raw.tar.gz \\
+        --out bench/jit_prewarm/results/nvfp4-sm120a-h100.json
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import member
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from raw_pack import member
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw", type=Path)
     ap.add_argument("--tool", action="store_true", help="RAW is a device run's pack of `build-kernel jit-prewarm`")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "jit-prewarm-nvfp4-sm120a.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "jit_prewarm" / "results" / "nvfp4-sm120a.json")
     args = ap.parse_args()
     raw = args.raw.resolve()
     result = {"raw": raw.relative_to(ROOT).as_posix() if raw.is_relative_to(ROOT) else raw.as_posix(),

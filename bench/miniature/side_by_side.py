@@ -6,7 +6,7 @@
    Each side is built once to warm up, then measured with --force, alternating.
    Wall time only drops when there are fewer cores than units; CPU time always does.
 
-    python bench/run.py [--out bench/results/NAME.json]
+    python bench/miniature/side_by_side.py [--out bench/miniature/results/NAME.json]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel import recipe
@@ -83,7 +83,7 @@ def compile_units(cache: Path, key: str) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "miniature" / "results" / "latest.json")
     args = parser.parse_args()
     patches = sorted((ROOT / "patches/minikernel/v1/series").read_text().split())
     with tempfile.TemporaryDirectory(prefix="bk-bench-") as tmp_str:

@@ -9,9 +9,9 @@ pruned build's, the unpruned build's and this one. all-families = unpruned != pr
 (the other families' kernels cicc compiles into the same module) changed its compilation, not the patch's header or
 a changed line of its source.
 
-    python bench/prune_context.py --pruned-build PRUNED/cmake --unpruned-build UNPRUNED/cmake \
+    python bench/pruning/prune_context.py --pruned-build PRUNED/cmake --unpruned-build UNPRUNED/cmake \
         --object CMakeFiles/common_ops_sm90_build.dir/csrc/gemm/fp8_gemm_kernel.cu.o \
-        --proof bench/raw/h100-2026-12-06e/h43u-sm90a-prune-proof.json --out DIR
+        --proof bench/arch_builds/raw/h100-2026-12-06e/h43u-sm90a-prune-proof.json --out DIR
 
 Writes DIR/context.json (per function: the three digests, the verdict) and DIR/compile.log (/usr/bin/time -v).
 Needs the pruned build's folder with its sources (the build-kernel cache) and nvcc: minutes on 2 cores.
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from build_kernel.stages.verify import cubins, prune_proof
 
 # The pruning's defines (patches/*/0005-prune-arch-dispatch.patch and the miniature's 0006): `<PREFIX>ARCH_PRUNED=1`

@@ -7,7 +7,7 @@ each with the smallest inputs that get past the op's own checks to the arch disp
 process of its own (a crash is recorded as its signal, and the other probes still run). Writes one
 JSON object: the GPU, its compute capability, and per op the exception's type and first line.
 
-    python bench/gpu_pruned_errors.py WHEEL [--library sgl_kernel/sm100/common_ops.abi3.so] > OUT.json
+    python bench/pruning/pruned_family_errors.py WHEEL [--library sgl_kernel/sm100/common_ops.abi3.so] > OUT.json
 
 Probes (sgl-kernel 6ffc74ef, series sm120 v6, a 12.0a wheel on a 9.0 GPU):
 - `int8_scaled_mm`: 0005 compiles int8_gemm_kernel.cu to a stub (no 7.x/8.x/9.0 arch asked);

@@ -12,8 +12,8 @@ lower bound) are h200_arch_pruning's `run_figures`; added here:
   ran, its measured peak, and the host memory in use then (from the memory sample): the
   governor starts a second compile only while free memory covers the predicted peaks.
 
-    python bench/gpu_less_host.py bench/raw/local-2c-2026-12-02/2c-raw.tar.gz [--out FILE]
-    python bench/gpu_less_host.py bench/raw/local-2c-2026-12-02/p2c-raw.tar.gz --out bench/results/gpu-less-host-2c-pruned.json
+    python bench/real_build/build_report.py bench/real_build/raw/local-2c-2026-12-02/2c-raw.tar.gz [--out FILE]
+    python bench/real_build/build_report.py bench/real_build/raw/local-2c-2026-12-02/p2c-raw.tar.gz --out bench/real_build/results/2-cores-pruned.json
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import ROOT, compiles, member, ninja_edges, run_figures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from raw_pack import ROOT, compiles, member, ninja_edges, run_figures
 
 COMPILE_SUFFIXES = (".o", ".obj")
 MIN_HELD_S = 5.0  # shorter gaps are ninja's own turn-around between two compiles
@@ -74,7 +74,7 @@ def held(edges: list[tuple[float, float, str]], rows: list[dict[str, Any]],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", type=Path)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu-less-host-2c.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "real_build" / "results" / "2-cores.json")
     args = parser.parse_args()
     figures = run_figures(args.raw)
     with tarfile.open(args.raw) as tar:

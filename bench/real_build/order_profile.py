@@ -6,15 +6,15 @@ pre-fetched dependency, longest first. A dependency's source is named as the rec
 `deps/<FetchContent name>/<path>` (runs before that recorded its absolute cache path, whose folder is
 `<name>-<12-hex pin>[-<8-hex paths digest>]`).
 
-    python bench/order_profile.py bench/raw/h200-2026-12-01/a1-raw.tar.gz recipes/nightly-cu130.profile.csv
-    python bench/order_profile.py --series 'v3 (arch-pruned)' bench/raw/h200-2026-12-02/p-raw.tar.gz \
+    python bench/real_build/order_profile.py bench/pruning/raw/h200-2026-12-01/a1-raw.tar.gz recipes/nightly-cu130.profile.csv
+    python bench/real_build/order_profile.py --series 'v3 (arch-pruned)' bench/pruning/raw/h200-2026-12-02/p-raw.tar.gz \
         recipes/nightly-cu130-pruned.profile.csv
-    python bench/order_profile.py --series 'v6 (arch-pruned, small TUs in batches, sparse FA for 8.x/9.0 only)' \
-        bench/raw/h200-2026-12-02-sparse/b6-raw.tar.gz recipes/nightly-cu130-pruned.profile.csv
-    python bench/order_profile.py --package flash-attn --series-name flash-attn --series v2 --archs 9.0 \
+    python bench/real_build/order_profile.py --series 'v6 (arch-pruned, small TUs in batches, sparse FA for 8.x/9.0 only)' \
+        bench/pruning/raw/h200-2026-12-02-sparse/b6-raw.tar.gz recipes/nightly-cu130-pruned.profile.csv
+    python bench/real_build/order_profile.py --package flash-attn --series-name flash-attn --series v2 --archs 9.0 \
         --commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab \
         --host '16 cores,\n# 125 GiB, 16 jobs, nvcc 13.0.88, NVCC_THREADS 2' \
-        bench/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz recipes/flash-attn-2.8.3.profile.csv
+        bench/flash_attn/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz recipes/flash-attn-2.8.3.profile.csv
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import argparse
 import csv
 import re
 import sqlite3
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from h200_arch_pruning import member  # the same raw tarballs, read the same way
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from raw_pack import member  # the same raw tarballs, read the same way
 
 HEADER = """\
 # Compile times of {package} {short} with the {series_name} {series} series for {archs}: one full build

@@ -23,7 +23,7 @@ kill resumes with half the jobs (runner.build_with_retries, max 3 retries), as o
 
 Lower bound per policy (its own units): max(Σ CPU / 16 cores, Σ peak × wall / cap, longest unit).
 
-    python bench/scheduler.py [--policies naive,upstream,...] [--cap-gb 100] [--out bench/results/scheduler.json]
+    python bench/scheduler/policies_under_cap.py [--policies naive,upstream,...] [--cap-gb 100] [--out bench/scheduler/results/scheduler.json]
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.scheduler_compiles import recorder_overhead
+from bench.scheduler.real_compiles import recorder_overhead
 from build_kernel.errors import BuildError
 from build_kernel.resources import Resources, plan_jobs
 from build_kernel.stages.builder import cgroup, jobserver, ninja_order, planner, profile, runner, scheduling
@@ -227,7 +227,7 @@ def main() -> None:
     parser.add_argument("--time", type=float, default=20.0, help="time divisor")
     parser.add_argument("--skip-compiles", action="store_true", help="no real nvcc part (recorder overhead)")
     parser.add_argument("--keep", type=Path, help="keep the work folders (build.ninja, .ninja_log, logs) here")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scheduler.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "scheduler" / "results" / "scheduler.json")
     args = parser.parse_args()
     rows_csv = load(PROFILE)
     tus = list(dict.fromkeys(r["tu"] for r in rows_csv))
@@ -274,4 +274,4 @@ if __name__ == "__main__":
     try:
         main()
     except cgroup.CgroupUnavailable as exc:
-        sys.exit(f"bench/scheduler.py: {exc}")
+        sys.exit(f"bench/scheduler/policies_under_cap.py: {exc}")

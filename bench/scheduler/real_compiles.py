@@ -21,7 +21,7 @@ from pathlib import Path
 from build_kernel import toolchain
 from build_kernel.stages.builder import cgroup, ninja_order, planner, profile, scheduling
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MINI = ROOT / "examples" / "minikernel"
 MiB = 1024 * 1024
 HEAVY_CU = (ROOT / "tests" / "test_oom.py").read_text().split('HEAVY_CU = """\\\n')[1].split('"""')[0]

@@ -11,8 +11,8 @@ process (a failed launch can poison the context) and prints one JSON line:
 - `layer`: one graph with the wheel's ops around the router GEMM as sglang's Mixtral layer calls them
   (fused_add_rmsnorm, rmsnorm, the gate GEMM, topk_softmax, moe_align_block_size, silu_and_mul), M = 8192.
 
-    python bench/cublas_capture_probe.py > probe.jsonl       # every case, each in a child process
-    python bench/cublas_capture_probe.py --case torch        # one case, in this process
+    python bench/serving/cublas_capture_probe.py > probe.jsonl       # every case, each in a child process
+    python bench/serving/cublas_capture_probe.py --case torch        # one case, in this process
 """
 
 from __future__ import annotations

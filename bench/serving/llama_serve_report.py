@@ -6,7 +6,7 @@ The device calls' tarballs: the build (`<label>-raw.tar.gz`: the tool's build JS
 token_agreement.py's reports against transformers in bf16 and, where run, float32, the tiny
 model's training record, the host line and each step's time). Nothing is typed by hand.
 
-    python bench/gpu_h200_serve.py BUILD-raw.tar.gz SERVE-raw.tar.gz [SERVE2-raw.tar.gz ...] [--out FILE]
+    python bench/serving/llama_serve_report.py BUILD-raw.tar.gz SERVE-raw.tar.gz [SERVE2-raw.tar.gz ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_arch_pruning import ROOT, member, run_figures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from raw_pack import ROOT, member, run_figures
 
 
 def _json(tar: tarfile.TarFile, suffix: str) -> Any:
@@ -92,7 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("build", type=Path, help="the build call's <label>-raw.tar.gz")
     parser.add_argument("serve", type=Path, nargs="+", help="serve runs' <label>-raw.tar.gz, in order")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_serve.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "serving" / "results" / "llama-serve.json")
     args = parser.parse_args()
     build = run_figures(args.build)
     with tarfile.open(args.build) as tar:

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue 41 on the H200, one call, offline: the tiny MoE (bench/tiny_moe.py) in bf16 and block FP8, each served
+# Issue 41 on the H200, one call, offline: the tiny MoE (bench/serving/tiny_moe.py) in bf16 and block FP8, each served
 # through `build-kernel serve --bench` as a user runs it, on the wheel the tool built, with SGLang's default
 # backends; per variant, one server start serves the smoke request, the 64-prompt logprob-close check against
-# transformers on the bf16 weights (`--check`: bench/token_agreement.py), 8 sampled requests (so the sampling
+# transformers on the bf16 weights (`--check`: bench/serving/token_agreement.py), 8 sampled requests (so the sampling
 # kernels run: greedy is an argmax) and sglang.bench_serving at C=1 and C=32; the op report (which sgl_kernel
 # ops ran) comes from the same start. Everything lands in
 # $OUT/moe-serve-raw.tar.gz (packed again after each step, so a cut-off run still brings back what it did);
-# bench/gpu_h200_moe_serve.py turns it into bench/results/gpu_h200_moe_serve.json.
+# bench/serving/moe_serve_report.py turns it into bench/serving/results/moe-serve.json.
 #
-#   bash bench/gpu_h200_moe_serve.sh            # after the build call: its cache and wheel are reused
+#   bash bench/serving/moe_serve_on_gpu_host.sh            # after the build call: its cache and wheel are reused
 #
 # Environment (defaults are .device/run.sh's): RECIPE (.device/h9.toml), WHEEL (newest in the output dir),
 # BUILD_KERNEL_CACHE_DIR (/tmp/bkc), BUILD_KERNEL_OUTPUT_DIR (/tmp/bkw), WHEELHOUSE (.device/wh: the tool's
@@ -19,7 +19,7 @@
 # second call finds them cached), OUT (/tmp/moe-out).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/moe-out}
 RECIPE=$(realpath "${RECIPE:-.device/h9.toml}")
@@ -65,7 +65,7 @@ echo "wheel: $WHEEL" >> "$R/host.txt"
 [ -n "$WHEEL" ] || { step "no wheel in $BUILD_KERNEL_OUTPUT_DIR"; exit 1; }
 
 # 1. The checkpoints: trained on the GPU (seconds), cached by their inputs in MOE_CACHE.
-python3 bench/tiny_moe.py "$MOE_CACHE" --device cuda > "$R/moe.json" 2> "$R/moe.err"; step "checkpoints rc=$?"
+python3 bench/serving/tiny_moe.py "$MOE_CACHE" --device cuda > "$R/moe.json" 2> "$R/moe.err"; step "checkpoints rc=$?"
 BF16=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bf16"])' "$R/moe.json")
 FP8=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fp8"])' "$R/moe.json")
 cp "$(dirname "$BF16")/training.json" "$R/training.json"; cp "$BF16/config.json" "$R/config-bf16.json"
@@ -165,10 +165,10 @@ fi
 serve_variant() {  # $1: bf16|fp8, $2: the model folder, $3: token_agreement's extra flags
   local v=$1 d=$R/$1
   mkdir -p "$d"
-  local check="$(command -v python3) $REPO/bench/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32"
+  local check="$(command -v python3) $REPO/bench/serving/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32"
   check="$check --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $3"
   # Greedy requests never sample (sglang takes an argmax): a few sampled ones make the sampling kernels run.
-  local sampled="$(command -v python3) $REPO/bench/sampled_requests.py --url {url} --requests 8"
+  local sampled="$(command -v python3) $REPO/bench/serving/sampled_requests.py --url {url} --requests 8"
   local checks=(--check "$check" --check "$sampled")
   [ "$CHECKS" = 1 ] || checks=()
   local mode=(--bench)

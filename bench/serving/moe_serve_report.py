@@ -1,4 +1,4 @@
-"""The tiny MoE served on the GPU host (H200 or H100: `host` names it) from the tool's wheel (issue 41), from the raw tarball of bench/gpu_h200_moe_serve.sh (`--bench`, or `SMOKE_ONLY=1`: `--launch --smoke-only`, no bench figures).
+"""The tiny MoE served on the GPU host (H200 or H100: `host` names it) from the tool's wheel (issue 41), from the raw tarball of bench/serving/moe_serve_on_gpu_host.sh (`--bench`, or `SMOKE_ONLY=1`: `--launch --smoke-only`, no bench figures).
 
 Per variant (bf16, block FP8): the server's resolved backends, the sgl_kernel ops it called for the requests
 and those captured in CUDA graphs (the op report of `serve`), each of the issue's kernel families found or
@@ -6,12 +6,12 @@ not among them, the 64-prompt logprob-close verdicts against transformers on the
 exact-id figure beside them, and C=1 / C=32 throughput. Plus the checkpoint's training record, the host,
 each step's time and the notes (any backend asked for, and why). Nothing is typed by hand.
 
-    python bench/gpu_h200_moe_serve.py moe-serve-raw.tar.gz [--out FILE] \
+    python bench/serving/moe_serve_report.py moe-serve-raw.tar.gz [--out FILE] \
         [--throughput-pair moe-serve-raw-ours.tar.gz moe-serve-raw-reference.tar.gz] \
         [--run i54-raw.tar.gz] [--bisect moe-serve-raw-pcg-flashinfer.tar.gz]
 
---run (issue 54, bench/gpu_h200_issue54.sh): the wheel that served (sha256, build and verify figures), the serve
-environment's imports and bench/cublas_capture_probe.py's rows. --bisect: the same bf16 start with another
+--run (issue 54, bench/gpu_host/serve_probe_bisect.sh): the wheel that served (sha256, build and verify figures), the serve
+environment's imports and bench/serving/cublas_capture_probe.py's rows. --bisect: the same bf16 start with another
 attention backend and piecewise CUDA graphs left on, with no retry: whether that start lived. A start that died
 and was retried (bench-first.err) is kept per variant with the server log's CUDA/cuBLAS lines.
 
@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_h200_serve import _json, _text
-from h200_arch_pruning import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared raw-pack reader
+from llama_serve_report import _json, _text
+from raw_pack import ROOT
 
 # The issue's kernel families, matched on the counted names (sgl_kernel ops; flashinfer and deep_gemm entries).
 FAMILIES = {
@@ -254,8 +255,8 @@ def wheel_top_levels(tar: tarfile.TarFile) -> set[str]:
 
 
 def run_record(path: Path) -> dict[str, Any]:
-    """bench/gpu_h200_issue54.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe;
-    or bench/gpu_issues53_55.sh's (i55-raw: a wheel built elsewhere, so only its `sha256sum; ls -l` line)."""
+    """bench/gpu_host/serve_probe_bisect.sh's own tarball: the wheel, its build and verify, the imports, the cuBLAS probe;
+    or bench/gpu_host/nightly_build_test_serve.sh's (i55-raw: a wheel built elsewhere, so only its `sha256sum; ls -l` line)."""
     with tarfile.open(path) as tar:
         build = _json(tar, "./build.json") or {}
         verify = _json(tar, "./verify.json") or {}
@@ -300,13 +301,13 @@ def bisect_record(path: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/gpu_h200_moe_serve.sh")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_h200_moe_serve.json")
+    parser.add_argument("raw", type=Path, help="moe-serve-raw.tar.gz from bench/serving/moe_serve_on_gpu_host.sh")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "serving" / "results" / "moe-serve.json")
     parser.add_argument("--throughput-pair", type=Path, nargs="+", metavar="RAW",
                         help="OURS REFERENCE [OURS_AGAIN]: the pair's tarballs, in the order they ran")
     parser.add_argument("--upstream-wheel", type=Path, nargs="+", metavar="FILE",
                         help="DOCTOR_JSON [SHA256]: `doctor --installed --json` on upstream's wheel beside the host's torch")
-    parser.add_argument("--run", type=Path, help="i54-raw.tar.gz of bench/gpu_h200_issue54.sh")
+    parser.add_argument("--run", type=Path, help="i54-raw.tar.gz of bench/gpu_host/serve_probe_bisect.sh")
     parser.add_argument("--bisect", type=Path, help="the bisect start's tarball (piecewise on, another attention)")
     args = parser.parse_args()
     packages = WHEEL_PACKAGES

@@ -5,7 +5,7 @@ no sampling kernel; these requests ask for temperature, top-k, top-p and min-p, 
 sampling backend sglang chose (flashinfer's or sgl-kernel's sampling from probs). Each reply must hold
 max_new_tokens ids inside the model's vocabulary. Exit 1 otherwise.
 
-    python bench/sampled_requests.py --url http://127.0.0.1:30000 [--requests 8] [--max-new-tokens 16]
+    python bench/serving/sampled_requests.py --url http://127.0.0.1:30000 [--requests 8] [--max-new-tokens 16]
 """
 
 from __future__ import annotations

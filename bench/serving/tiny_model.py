@@ -7,7 +7,7 @@ with `--train-steps N`, trained for N steps (float32 AdamW, then saved in bf16) 
 (one fixed order, repeated) so that greedy decoding is decisive: a random model's top-2 logits are
 near ties that any two implementations may break differently, a trained one's are not.
 
-    python bench/tiny_model.py OUT [--tokenizer-only] [--layers 2] [--hidden 256] [--seed 0]
+    python bench/serving/tiny_model.py OUT [--tokenizer-only] [--layers 2] [--hidden 256] [--seed 0]
                                [--train-steps 300] [--device cuda]
 """
 

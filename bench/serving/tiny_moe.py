@@ -18,7 +18,7 @@ Seeded (bit-for-bit on CPU; on CUDA, Mixtral's index_add_ accumulates in a run-d
 device kind, torch and transformers versions and these scripts' sources; made in a partial folder and
 renamed, so a folder that exists is whole.
 
-    python bench/tiny_moe.py CACHE [--layers 3] [--hidden 256] [--intermediate 256] [--experts 8]
+    python bench/serving/tiny_moe.py CACHE [--layers 3] [--hidden 256] [--intermediate 256] [--experts 8]
                              [--top-k 2] [--device cpu|cuda] [--steps N] [--batch N] [--seq N] [--seed 0]
 
 (steps, batch, seq default per device: TRAINING.)

@@ -15,7 +15,7 @@ Runs offline (local files only). Writes JSON to --out and prints a short summary
 server serves the block-FP8 copy of --model's bf16 weights, and the logprob-close verdict takes the FP8
 tolerance (logprobs_close.py: at least 90 % of prompts pass the top-5 rule).
 
-    python bench/token_agreement.py --model DIR --url http://127.0.0.1:30000 \\
+    python bench/serving/token_agreement.py --model DIR --url http://127.0.0.1:30000 \\
         [--prompts 64] [--max-new-tokens 32] [--top-k 5] [--served-fp8] [--device cuda] [--dtype bfloat16] \\
         [--wait-s 0] [--fail-below FRAC] [--fail-not-close] --out agreement.json
 """

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Issue 56 items 2-4 on the GPU host (one H100/H200, torch 2.11+cu130, no network), run detached:
 #   1. v8 then v11 (0011: the heaviest TUs split, SGL_KERNEL_SPLIT_TUS=ON) for 12.0a, both cold, by the tool
-#      (bench/split_pair.sh: arch_build.sh with FORCE=1 and OFFLINE=1, static verify each), offline from the
+#      (bench/split_tus/build_pair.sh: build_one.sh with FORCE=1 and OFFLINE=1, static verify each), offline from the
 #      carried partial mirrors, with only the host's lines over nightly-cu130;
 #   2. `build-kernel prune-proof <v11> --against <v8> --across-tus`: the split changed file boundaries only.
 # The calls, each made as soon as the one before returns (a machine stays warm 30 s after a call):
 #   1. carry .device/wht .device/mirrors .device/triton-src .device/gitenv.sh:
-#      setsid nohup bash bench/gpu_split_pair.sh > /tmp/sp.log 2>&1 < /dev/null &
-#   2. and on, until steps.txt says done: sleep 540; COLLECT=1 bash bench/gpu_split_pair.sh
-# Raw output under $OUT: v8-sm120a-h200-raw.tar.gz and v11-sm120a-h200-raw.tar.gz (arch_build.sh's packs; the
+#      setsid nohup bash bench/split_tus/build_pair_on_gpu_host.sh > /tmp/sp.log 2>&1 < /dev/null &
+#   2. and on, until steps.txt says done: sleep 540; COLLECT=1 bash bench/split_tus/build_pair_on_gpu_host.sh
+# Raw output under $OUT: v8-sm120a-h200-raw.tar.gz and v11-sm120a-h200-raw.tar.gz (build_one.sh's packs; the
 # proof as split-proof.json in v11's), sp-steps.txt. Then, here:
-#   python bench/arch_builds.py <packs> --pair <v8 pack> <v11 pack> --out bench/results/split-builds.json
-#   python bench/order_profile.py --series 'v11 (…, the heaviest TUs split)' <v11 pack> recipes/<profile>.csv
+#   python bench/arch_builds/builds_report.py <packs> --pair <v8 pack> <v11 pack> --out bench/split_tus/results/split-builds.json
+#   python bench/real_build/order_profile.py --series 'v11 (…, the heaviest TUs split)' <v11 pack> recipes/<profile>.csv
 # Environment: OUT, HOST (h200), ARCH (12.0a), V11_PROFILE (an order profile for v11's overlay, relative to the
 # repository: the shipped one predates the split parts, which it would start as if of median length).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 S=/tmp/sp-out
 HOST=${HOST:-h200}
@@ -30,9 +30,9 @@ if [ "${COLLECT:-0}" = 1 ]; then
   done
   cat $S/sp-steps.txt 2>/dev/null; exit 0
 fi
-# shellcheck source=bench/gpu_host_lib.sh
-source "$REPO/bench/gpu_host_lib.sh"
-run_from_copy /tmp/sp-repo bench/gpu_split_pair.sh
+# shellcheck source=bench/gpu_host/gpu_host_lib.sh
+source "$REPO/bench/gpu_host/gpu_host_lib.sh"
+run_from_copy /tmp/sp-repo bench/split_tus/build_pair_on_gpu_host.sh
 rm -rf $S; mkdir -p $S
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $S/sp-steps.txt; }
@@ -56,7 +56,7 @@ printf 'extends = "nightly-cu130"\n\n%s\n' "$host_lines" > /tmp/sp-v8.toml
     "$host_lines"
   [ -n "${V11_PROFILE:-}" ] && printf '\n[build]\norder_profile = "%s"\n' "$REPO/$V11_PROFILE"; } > /tmp/sp-v11.toml
 cp /tmp/sp-v8.toml /tmp/sp-v11.toml $S/
-OFFLINE=1 HOST=$HOST ARCH=$ARCH V8=/tmp/sp-v8.toml V11=/tmp/sp-v11.toml PYTHON=python3 OUT=$S bash bench/split_pair.sh
+OFFLINE=1 HOST=$HOST ARCH=$ARCH V8=/tmp/sp-v8.toml V11=/tmp/sp-v11.toml PYTHON=python3 OUT=$S bash bench/split_tus/build_pair.sh
 step "pair rc=$?"
 wheel() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheel"])' "/tmp/arch-build-raw/$1-$tag-$HOST/build.json"; }
 R11=/tmp/arch-build-raw/v11-$tag-$HOST

@@ -5,9 +5,9 @@ compiled beside the whole from the same source folder with build.ninja's own com
 folder: the unsplit TU is still there, unchanged from v8's). Each compile runs alone on its core, two
 at a time (`--parallel`), its phases written by nvcc --time; `report` sums them per file.
 
-    python bench/split_phases.py run <build>/cmake --target-dir common_ops_sm100_build \
-        --tu csrc/gemm/nvfp4_scaled_mm_kernels --tu csrc/gemm/fp8_gemm_kernel --out bench/raw/<dir>/phases
-    python bench/split_phases.py report bench/raw/<dir>/phases --out bench/results/split-phases.json
+    python bench/split_tus/phases.py run <build>/cmake --target-dir common_ops_sm100_build \
+        --tu csrc/gemm/nvfp4_scaled_mm_kernels --tu csrc/gemm/fp8_gemm_kernel --out bench/split_tus/raw/<dir>/phases
+    python bench/split_tus/phases.py report bench/split_tus/raw/<dir>/phases --out bench/split_tus/results/split-phases.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("", "_part1", "_part2")
 
 
@@ -120,7 +120,7 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("report")
     p.add_argument("raw", type=Path)
-    p.add_argument("--out", type=Path, default=ROOT / "bench/results/split-phases.json")
+    p.add_argument("--out", type=Path, default=ROOT / "bench/split_tus/results/split-phases.json")
     args = parser.parse_args()
     (run if args.cmd == "run" else report)(args)
 

@@ -9,7 +9,7 @@
 # Preprocessing only (no cicc, no ptxas): seconds per file, no GPU; FRONTEND=1 adds the host front end
 # (cudafe++, ~30 s a file). It proves the guards select what the notes say, not the SASS (that is `build-kernel prune-proof --across-tus` on a real build).
 #
-#   bench/split_check.sh TREE [CUTLASS_DIR]
+#   bench/split_tus/preprocess_check.sh TREE [CUTLASS_DIR]
 #     TREE         sgl-kernel at 6ffc74ef with sm120 v10's patches applied, e.g. from an overlay recipe
 #                  (extends = "nightly-cu130", [patches] version = "v10"):
 #                  build-kernel patch worktree --recipe v10.toml /tmp/split56-wt  ->  TREE=/tmp/split56-wt/sgl-kernel
@@ -20,9 +20,9 @@
 #        .venv/bin/python of this repo), NVCC (default nvcc), CXX_STD=20, KEEP=DIR (keep the .ii files)
 set -euo pipefail
 
-TREE=$(cd "${1:?usage: bench/split_check.sh TREE [CUTLASS_DIR]}" && pwd)
+TREE=$(cd "${1:?usage: bench/split_tus/preprocess_check.sh TREE [CUTLASS_DIR]}" && pwd)
 CUTLASS=${2:-$TREE/../split56-deps/cutlass}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-$HERE/.venv/bin/python}
 NVCC=${NVCC:-nvcc}
 ARCH=${ARCH:-120a}

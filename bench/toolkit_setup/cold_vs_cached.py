@@ -5,7 +5,7 @@ really downloads), assembles the toolkit root and smoke-compiles a kernel. Cache
 same call again: the marker is read, nothing is installed. Offline = cached with
 `offline=True` (what an air-gapped build does).
 
-    python bench/toolkit_setup.py [--cuda 13.0] [--out bench/results/toolkit_setup.json]
+    python bench/toolkit_setup/cold_vs_cached.py [--cuda 13.0] [--out bench/toolkit_setup/results/toolkit_setup.json]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel.stages.builder import cudawheels
@@ -37,7 +37,7 @@ def du(path: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cuda", default="13.0", help="CUDA major.minor to set up (default 13.0, torch 2.14.1's)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "toolkit_setup.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "toolkit_setup" / "results" / "toolkit_setup.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bk-toolkit-bench-") as tmp:
         cache = Path(tmp)

@@ -5,7 +5,7 @@
 # shipped recipe for 9.0a with host lines (.device/h9s.toml: the same plan as the pair run's own build).
 #   carry .device/wht (the tool's dependencies, sglang of the commit, gguf) .device/mirrors .device/triton-src
 #         .device/gitenv.sh .device/h9s.toml .device/test-wheel:
-#   bash bench/gpu_shipped_tests.sh
+#   bash bench/upstream_tests/run_on_gpu_host.sh
 # TEST_ARGS: more `build-kernel test` options (e.g. `--parallel 8` and `--file` globs where the hold is short);
 # FILE_TIMEOUT_S: seconds a file may run (420); TEST_TIMEOUT_S: the whole test step's limit (480).
 # Another carried wheel and recipe (issue 56: v11's 9.0a wheel; issue 55: 0.4.3's, with .device/wht43 holding
@@ -16,15 +16,15 @@
 # pip freeze).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/st-out}
 LABEL=${LABEL:-st}
 WHEEL_DIR=${WHEEL_DIR:-.device/test-wheel} TEST_RECIPE=${TEST_RECIPE:-.device/h9s.toml} WHEELHOUSE=${WHEELHOUSE:-.device/wht}
 R=/tmp/$LABEL-raw
 rm -rf $R; mkdir -p $R "$OUT"
-# shellcheck source=bench/gpu_host_lib.sh
-source bench/gpu_host_lib.sh
+# shellcheck source=bench/gpu_host/gpu_host_lib.sh
+source bench/gpu_host/gpu_host_lib.sh
 export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc}
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> $R/steps.txt; }

@@ -9,7 +9,7 @@ Three runs of the pruned recipe at 6ffc74ef for 9.0a (v8 below has FA3 on), buil
 - `v7`: series sm120/v7 (v6 + 0009); cut off by the session's device time with 49 files finished and
   test_kvcacheio / test_sampling still running (their logs up to then are read);
 - `v8`: series sm120/v8 (v7 + 0010) with FA3 on for head dims 64 + 256 in bf16 ([build] fa3 = "listed": 10 of
-  upstream's 250 FA3 units), 6 files at once; plus bench/fa3_probe.py's calls (which FA3 calls the wheel runs,
+  upstream's 250 FA3 units), 6 files at once; plus bench/fa3_variants/probe_calls.py's calls (which FA3 calls the wheel runs,
   and its one line for the rest);
 - `v7u`: the unpruned reference, series sm120/v7-unpruned (v7 without 0005, 0007, 0008: upstream's sources with
   only the CUDA 13 / torch fixes), FA3 off, 4 files at once, while the v8 wheel was compiled beside it (15 jobs
@@ -26,11 +26,11 @@ gives build.json and verify.json); each report of them goes to a results file of
 per test file the JUnit XML without failure bodies and the `-v` result lines of its log: node ids and
 outcomes, no upstream source lines), `report` writes the results file:
 
-    python bench/h200_upstream_tests.py pack v6 RAW.tar.gz TEST-LOGS.tar.gz --out bench/raw/h200-2026-12-03-tests/v6-raw.tar.gz
-    python bench/h200_upstream_tests.py pack t43 t43-raw.tar.gz TEST-LOGS.tar.gz --build o43p-sm90a-2c-raw.tar.gz --out ...
-    python bench/h200_upstream_tests.py report bench/raw/h200-2026-12-03-tests/{v6,v7}-raw.tar.gz \
-        bench/raw/h200-2026-12-03-fa3/v8-raw.tar.gz bench/raw/h200-2026-12-03-unpruned/v7u-raw.tar.gz \
-        --out bench/results/h200-upstream-tests.json
+    python bench/upstream_tests/tests_report.py pack v6 RAW.tar.gz TEST-LOGS.tar.gz --out bench/upstream_tests/raw/h200-2026-12-03-tests/v6-raw.tar.gz
+    python bench/upstream_tests/tests_report.py pack t43 t43-raw.tar.gz TEST-LOGS.tar.gz --build o43p-sm90a-2c-raw.tar.gz --out ...
+    python bench/upstream_tests/tests_report.py report bench/upstream_tests/raw/h200-2026-12-03-tests/{v6,v7}-raw.tar.gz \
+        bench/upstream_tests/raw/h200-2026-12-03-fa3/v8-raw.tar.gz bench/eta/raw/h200-2026-12-03-unpruned/v7u-raw.tar.gz \
+        --out bench/upstream_tests/results/upstream-tests.json
 
 Each file is judged with its run's recipe's [test.expect] (for 9.0a: RECIPES; nightly-cu130-pruned unless named)
 plus the conditions of these runs, stated in RUN_CONDITIONS with their evidence.
@@ -49,7 +49,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from build_kernel.recipe import load
@@ -91,7 +91,7 @@ _RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b|^
 
 def pack(label: str, raw: Path, logs: Path, out: Path, build: Path | None = None) -> None:
     """The parts of a device run this script reads, without upstream source lines. `build`: the raw pack of the
-    build that made the tested wheel elsewhere (bench/arch_build.sh's `<label>/build.json, verify.json, ...`)."""
+    build that made the tested wheel elsewhere (bench/arch_builds/build_one.sh's `<label>/build.json, verify.json, ...`)."""
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, "w:gz") as dst:
         t = Path(tmp)
         with tarfile.open(raw) as src:
@@ -268,9 +268,9 @@ def report(tarballs: list[Path], out: Path) -> dict[str, Any]:
 
 def _test_seconds(steps: bytes | None) -> int | None:
     """The test step's wall seconds from a run's steps.txt (`verify rc=0 442 s`, then `test rc=11 776 s`; or, from
-    bench/gpu_pair_and_tests.sh, `1010 s: test start`, then `1400 s: test rc=0`)."""
+    bench/gpu_host/pair_and_tests.sh, `1010 s: test start`, then `1400 s: test rc=0`)."""
     text = (steps or b"").decode()
-    # bench/gpu_shipped_tests.sh: `12 s: setup`, then `290 s: test rc=0`.
+    # bench/upstream_tests/run_on_gpu_host.sh: `12 s: setup`, then `290 s: test rc=0`.
     shipped = re.findall(r"^(\d+) s: (setup|test rc=\d+)$", text, re.M)
     if [step.split(" ")[0] for _, step in shipped] == ["setup", "test"]:
         return int(shipped[1][0]) - int(shipped[0][0])
@@ -324,10 +324,10 @@ def main() -> None:
     p.add_argument("raw", type=Path)
     p.add_argument("logs", type=Path)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--build", type=Path, help="the raw pack of the build that made the wheel (bench/arch_build.sh)")
+    p.add_argument("--build", type=Path, help="the raw pack of the build that made the wheel (bench/arch_builds/build_one.sh)")
     r = sub.add_parser("report")
     r.add_argument("tarballs", type=Path, nargs="+")
-    r.add_argument("--out", type=Path, default=ROOT / "bench/results/h200-upstream-tests.json")
+    r.add_argument("--out", type=Path, default=ROOT / "bench/upstream_tests/results/upstream-tests.json")
     args = parser.parse_args()
     if args.cmd == "pack":
         args.out.parent.mkdir(parents=True, exist_ok=True)

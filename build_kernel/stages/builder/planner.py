@@ -69,7 +69,7 @@ def plan_tus(db: Path, default_bytes: int, sources: Iterable[tuple[str, str | No
 
 def measured_for(csv_path: str | Path) -> dict[str, str]:
     """What a shipped order profile was measured for, from its `# measured-for: archs=...; commit=...;
-    series=...` line (bench/order_profile.py writes it); {} for a profile without one."""
+    series=...` line (bench/real_build/order_profile.py writes it); {} for a profile without one."""
     with open(csv_path) as fh:
         for line in fh:
             if not line.startswith("#"):

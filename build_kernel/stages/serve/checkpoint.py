@@ -28,8 +28,8 @@ FP8_KV_DTYPES = ("fp8_e4m3", "fp8_e5m2")
 # and 0753182b alike), and so the largest piecewise CUDA graph it captures when not told otherwise.
 SGLANG_MAX_DEFAULT_CHUNKED_PREFILL = 16384
 # Measured: the tiny MoE at --context-length 4096 died capturing up to 8,192 tokens; at 32,768 it served, same wheel
-# and flags (H100, 2026-12-05, bench/results/gpu_h200_moe_serve.json "piecewise_cuda_graph").
-PIECEWISE_EVIDENCE = "bench/results/gpu_h200_moe_serve.json"
+# and flags (H100, 2026-12-05, bench/serving/results/moe-serve.json "piecewise_cuda_graph").
+PIECEWISE_EVIDENCE = "bench/serving/results/moe-serve.json"
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`serve --check CMD`: the user's own acceptance checks, run against the live server after the smoke request.
 
-E.g. a token-agreement run against a reference (bench/token_agreement.py) while the very server that is
+E.g. a token-agreement run against a reference (bench/serving/token_agreement.py) while the very server that is
 benchmarked is up: one start serves the smoke request, the checks and the bench, and the op report
 (ops.py) covers the calls of all three. `{url}` in CMD becomes the server's URL; the command is split
 like a shell line (shlex) and run without a shell. A check that exits non-zero fails `serve` (the server
