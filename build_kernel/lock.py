@@ -112,7 +112,7 @@ def lock(plan: Plan, *, upgrade: bool = False, dry_run: bool = False) -> dict[st
             assert entry.write is not None
             entry.write()
     return {"lock": str(pins.lock_path(plan)), "upgrade": upgrade, "dry_run": dry_run,
-            "changed": len(changes), "written": bool(changes) and not dry_run,
+            "changed": len(changes), "written": bool(changes) and not dry_run, "exists": pins.lock_path(plan).is_file(),
             "pins": [e.to_dict() for e in entries]}
 
 
@@ -124,6 +124,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"dry run: {n} pin(s) would change in {result['lock']}; nothing written")
     elif result["written"]:
         lines.append(f"{result['lock']}: {n} pin(s) written; commit it beside the recipe")
-    else:
+    elif result["exists"]:
         lines.append(f"{result['lock']}: up to date")
+    else:
+        lines.append(f"nothing to lock: {result['lock']} not written")
     return "\n".join(lines)

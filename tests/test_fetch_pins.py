@@ -98,3 +98,53 @@ def test_a_tag_never_resolved_is_one_line_naming_the_key_and_the_command(project
     assert code == 4 and len(lines) == 1, err
     assert "[deps.repo-triton] tag 'v3.5.1' was never resolved to a commit" in lines[0]
     assert f"build-kernel fetch --recipe {recipe}" in lines[0]
+
+
+def test_lock_resolves_a_tag_and_a_branch_without_fetching_and_upgrade_follows_them(project: Path,
+                                                                                   upstreams: dict[str, str],
+                                                                                   tmp_path: Path) -> None:
+    """`build-kernel lock`: a tag (annotated: the commit it points at) and a floating [source] branch, asked with
+    git ls-remote (nothing fetched into the cache); kept until --upgrade, which follows a moved tag."""
+    from build_kernel import recipe as recipes
+    from build_kernel.plan import resolve
+    from build_kernel.stages.fetch import pins
+
+    path, cache = _recipe(project, upstreams), tmp_path / "cache"
+    path.write_text(path.read_text().replace(f'commit = "{upstreams["src"]}"', 'commit = "main"\nallow_floating = true'))
+    lock = path.with_suffix(".lock")
+    dry = run_cli("--cache-dir", str(cache), "lock", "--recipe", str(path), "--dry-run")
+    assert dry.returncode == 0 and f"[deps.repo-triton] tag v3.5.1: {upstreams['tagged']} (added)" in dry.stdout, dry.stderr
+    assert f"[source] commit main: {upstreams['src']} (added)" in dry.stdout and not lock.exists()
+    assert run_cli("--cache-dir", str(cache), "lock", "--recipe", str(path)).returncode == 0
+    data = tomllib.loads(lock.read_text())
+    assert data["deps"]["repo-triton"] == {"repo": upstreams["dep_url"], "tag": "v3.5.1", "commit": upstreams["tagged"]}
+    assert data["source"] == {"repo": upstreams["src_url"], "ref": "main", "commit": upstreams["src"]}
+    assert not (cache / "mirrors").exists()  # resolved, not fetched
+    plan = resolve(recipes.load(str(path)), env=dict(os.environ), cache_dir=cache)
+    # --offline takes the lock's commit of the branch (the field `ref`: before, the commit overwrote it).
+    assert pins.for_fetch(plan, "source", "commit", upstreams["src_url"], upstreams["src_url"], "main",
+                          offline=True) == upstreams["src"]
+
+    moved = _git(Path(upstreams["dep"]), "rev-parse", "HEAD")
+    _git(Path(upstreams["dep"]), "tag", "-f", "-a", "v3.5.1", "-m", "moved")
+    kept = run_cli("--cache-dir", str(cache), "lock", "--recipe", str(path))
+    assert kept.returncode == 0 and "(kept; --upgrade resolves it again)" in kept.stdout and "up to date" in kept.stdout
+    upgraded = run_cli("--cache-dir", str(cache), "lock", "--recipe", str(path), "--upgrade")
+    assert f"[deps.repo-triton] tag v3.5.1: {upstreams['tagged']} -> {moved}" in upgraded.stdout, upgraded.stderr
+    assert f"[source] commit main: {upstreams['src']} (unchanged)" in upgraded.stdout
+    shown = run_cli("--cache-dir", str(cache), "plan", "--recipe", str(path))
+    assert f"[deps.repo-triton] tag v3.5.1 = {moved} (r.lock)" in shown.stdout, shown.stdout + shown.stderr
+    assert f"[source] branch main = {upstreams['src']} (r.lock)" in shown.stdout
+
+
+def test_lock_of_a_tag_on_an_unreachable_repository_is_one_line(project: Path, upstreams: dict[str, str],
+                                                                tmp_path: Path) -> None:
+    path = _recipe(project, upstreams)
+    os.rename(upstreams["dep"], upstreams["dep"] + ".gone")
+    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "lock", "--recipe", str(path),
+                   env={"BUILD_KERNEL_CONFIG": str(tmp_path / "config.toml")})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 4 and len(lines) == 1, proc.stderr
+    assert f"cannot read {upstreams['dep_url']} to resolve [deps.repo-triton] tag 'v3.5.1'" in lines[0]
+    assert f"[mirrors] of the user config {tmp_path / 'config.toml'}" in lines[0]
+    assert not path.with_suffix(".lock").exists()

@@ -158,8 +158,9 @@ def remote_commit(plan: Plan, key: str, kind: str, repo: str, ref: str) -> str:
     """The commit a tag or branch names on its server now (an annotated tag peeled), asked with `git ls-remote`
     through the user's [mirrors] (git applies its own insteadOf): nothing is fetched."""
     url = plan.mirrors.rewrite(remote.resolve_url(repo, plan.cache_dir, plan.recipe.root)).fetch_url
-    proc = process.run(["git", "ls-remote", url, ref], error=FetchError, what=f"resolving [{key}] {kind} {ref!r}",
-                       env=plan.env, cwd=Path("/"), check=False)
+    # `ref^{}` too: a pattern matches refs by their tail, so `v3.5.1` alone lists the tag object, not its commit.
+    proc = process.run(["git", "ls-remote", url, ref, f"{ref}^{{}}"], error=FetchError,
+                       what=f"resolving [{key}] {kind} {ref!r}", env=plan.env, cwd=Path("/"), check=False)
     if proc.returncode != 0:
         said = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
         raise FetchError(f"cannot read {url} to resolve [{key}] {kind} {ref!r}: {said[-1] if said else 'git failed'}",
