@@ -3,6 +3,7 @@ chrome://tracing open, read off the session's real demo build (no compile of its
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_the_build_prints_its_timeline_with_one_complete_event_per_compile_edge(
         by_lane.setdefault(event["tid"], []).append((event["ts"], event["ts"] + event["dur"]))
     for spans in by_lane.values():
         spans.sort()
-        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:], strict=False))
+        assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans))
     # The memory counter rises with the compiles and is back at zero once the last one ended.
     memory = [e for e in trace["traceEvents"] if e["ph"] == "C"]
     assert len(memory) == 2 * len(complete) and memory[-1]["args"]["GB"] == 0
