@@ -229,7 +229,9 @@ def main() -> None:
                     help="two packs (also given as RAW) of one host to put side by side, NEW over BASE")
     args = ap.parse_args()
     resumed = {p.resolve() for p in args.resumed}
-    by_path = {p.resolve(): one(p.resolve(), p.resolve() in resumed) for p in sorted(args.raw)}
+    # In the order of their runs: the run's folder, then the pack (whichever study's raw/ holds the folder).
+    ordered = sorted(args.raw, key=lambda p: (p.resolve().parent.name, p.name))
+    by_path = {p.resolve(): one(p.resolve(), p.resolve() in resumed) for p in ordered}
     missing = [str(p) for two in args.pair for p in two if p.resolve() not in by_path]
     if missing:
         ap.error(f"--pair names a pack not given as RAW: {', '.join(missing)}; list it among the packs too")

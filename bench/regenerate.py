@@ -1,0 +1,165 @@
+"""Remake every results file of bench/ from its raw output by its study's script, and say which come out byte for byte.
+
+    python bench/regenerate.py [--only STUDY] [--write]
+
+Each study's README gives the same commands. A results file measured live (a benchmark run on this machine, not read
+from a raw pack: the scheduler under a memory cap, the miniature side by side, the compile cache, ...) has no raw
+output to remake it from: it is listed as such, with the command that measures it again. `--write` replaces a
+results file that differs (after the script changed, e.g. a pattern fixed); without it nothing in bench/ changes.
+Exit 1 when a file remade from raw differs, or its script fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+
+def raw(study: str, folder: str, *names: str) -> list[str]:
+    return [f"bench/{study}/raw/{folder}/{n}" for n in names]
+
+
+# results file -> (script, arguments before --out). Paths relative to the repository root.
+FROM_RAW: dict[str, tuple[str, list[str]]] = {
+    "bench/pruning/results/arch-pruning.json": ("bench/pruning/pruning_table.py", [
+        *raw("pruning", "h200-2026-12-01", "a1-raw.tar.gz", "b-raw.tar.gz", "a2-raw.tar.gz"),
+        *raw("pruning", "h200-2026-12-02", "u-raw.tar.gz", "p-raw.tar.gz", "c-raw.tar.gz"),
+        "--baseline", "u", "--proof", *raw("pruning", "h200-2026-12-02", "prune-proof-p-vs-u.json")]),
+    "bench/pruning/results/unity-batches.json": ("bench/pruning/pruning_table.py", [
+        *raw("pruning", "h200-2026-12-02-unity", "p-raw.tar.gz", "b-raw.tar.gz", "c-raw.tar.gz", "c3-raw.tar.gz"),
+        *raw("pruning", "h200-2026-12-02", "u-raw.tar.gz"), "--baseline", "p", "--upstream-from", "u",
+        "--proof", *raw("pruning", "h200-2026-12-02-unity", "prune-proof-b-vs-p.json")]),
+    "bench/pruning/results/sparse-flash-attn.json": ("bench/pruning/pruning_table.py", [
+        *raw("pruning", "h200-2026-12-02-sparse", *(f"{x}-raw.tar.gz" for x in ("a6", "b5", "b6", "c6", "b6b"))),
+        "--baseline", "b5", "--upstream-from", "a6",
+        "--proof", *raw("pruning", "h200-2026-12-02-sparse", "prune-proof-b6-vs-b5.json")]),
+    "bench/real_build/results/2-cores.json": ("bench/real_build/build_report.py",
+                                             raw("real_build", "local-2c-2026-12-02", "2c-raw.tar.gz")),
+    "bench/real_build/results/2-cores-pruned.json": ("bench/real_build/build_report.py",
+                                                    raw("real_build", "local-2c-2026-12-02", "p2c-raw.tar.gz")),
+    "bench/eta/results/eta-replay.json": ("bench/eta/eta_replay.py", [
+        "report", *raw("eta", "h200-2026-12-03-unpruned", "v7u-eta.json", "v8-beside-tests-eta.json"),
+        *raw("pruning", "h200-2026-12-02-sparse", "b6b-eta.json")]),
+    "bench/arch_builds/results/arch-builds.json": ("bench/arch_builds/builds_report.py", [
+        *raw("arch_builds", "local-2c-2026-12-05-arch", *(f"{x}-2c-raw.tar.gz" for x in
+                                                          ("sm100a", "sm121a", "sm89", "sm90a-sm120a"))),
+        *raw("serving", "h200-2026-12-05-pair", "pt-raw.tar.gz")]),
+    "bench/arch_builds/results/pair-reference-build.json": ("bench/arch_builds/builds_report.py",
+                                                           raw("arch_builds", "local-2c-2026-12-05-pair",
+                                                               "v7u-sm90a-2c-raw.tar.gz")),
+    "bench/arch_builds/results/nightly-0.4-builds.json": ("bench/arch_builds/builds_report.py", [
+        *raw("upstream_tests", "h100-2026-12-06b", "h43-sm90a-raw.tar.gz"),
+        *raw("arch_builds", "local-2c-2026-12-05-nightly04", "p43-sm120a-2c-raw.tar.gz", "u43-sm120a-2c-raw.tar.gz"),
+        *raw("arch_builds", "local-2c-2026-12-06-nightly04", "o43p-sm90a-2c-raw.tar.gz", "o43p12-sm90a-2c-raw.tar.gz"),
+        *raw("arch_builds", "local-2c-2026-12-06c-nightly04", "u43v12-sm120a-2c-raw.tar.gz",
+             "p43v12-sm120a-2c-raw.tar.gz"),
+        *raw("arch_builds", "h100-2026-12-06e", "h43-sm120a-raw.tar.gz", "h43u-sm120a-raw.tar.gz",
+             "h43u-sm90a-raw.tar.gz"),
+        "--resumed", *raw("arch_builds", "local-2c-2026-12-05-nightly04", "u43-sm120a-2c-raw.tar.gz"),
+        "--pair", *raw("arch_builds", "local-2c-2026-12-06c-nightly04", "u43v12-sm120a-2c-raw.tar.gz",
+                       "p43v12-sm120a-2c-raw.tar.gz"),
+        "--pair", *raw("arch_builds", "h100-2026-12-06e", "h43u-sm120a-raw.tar.gz", "h43-sm120a-raw.tar.gz")]),
+    "bench/split_tus/results/split-builds.json": ("bench/arch_builds/builds_report.py", [
+        *raw("split_tus", "local-2c-2026-12-05-split", "v10-sm121a-2c-raw.tar.gz", "v11-sm121a-2c-raw.tar.gz"),
+        *raw("split_tus", "local-2c-2026-12-06-split-pair", "v8-sm120a-2c-raw.tar.gz", "v11-sm120a-2c-raw.tar.gz"),
+        "--pair", *raw("split_tus", "local-2c-2026-12-06-split-pair", "v8-sm120a-2c-raw.tar.gz",
+                       "v11-sm120a-2c-raw.tar.gz")]),
+    "bench/split_tus/results/split-phases.json": ("bench/split_tus/phases.py", [
+        "report", "bench/split_tus/raw/local-2c-2026-12-06-split-pair/phases"]),
+    "bench/upstream_tests/results/upstream-tests.json": ("bench/upstream_tests/tests_report.py", [
+        "report", *raw("upstream_tests", "h200-2026-12-03-tests", "v6-raw.tar.gz", "v7-raw.tar.gz"),
+        *raw("upstream_tests", "h200-2026-12-03-fa3", "v8-raw.tar.gz"),
+        *raw("eta", "h200-2026-12-03-unpruned", "v7u-raw.tar.gz")]),
+    "bench/upstream_tests/results/shipped-tests.json": ("bench/upstream_tests/tests_report.py", [
+        "report", *raw("upstream_tests", "h100-2026-12-06b", "shipped-raw.tar.gz")]),
+    "bench/upstream_tests/results/nightly-0.4-tests.json": ("bench/upstream_tests/tests_report.py", [
+        "report", *raw("upstream_tests", "h100-2026-12-06b", "t43-raw.tar.gz"),
+        *raw("upstream_tests", "h200-2026-12-06c", "t43v12-raw.tar.gz")]),
+    "bench/serving/results/moe-serve.json": ("bench/serving/moe_serve_report.py", [
+        *raw("serving", "h100-2026-12-05b-moe", "moe-serve-raw.tar.gz"),
+        "--run", *raw("serving", "h100-2026-12-05b-moe", "i54-raw.tar.gz"),
+        "--bisect", *raw("serving", "h100-2026-12-05b-moe", "moe-serve-raw-pcg-context4096.tar.gz"),
+        "--throughput-pair", *raw("serving", "h200-2026-12-05-pair", "moe-serve-raw-ours.tar.gz",
+                                  "moe-serve-raw-reference.tar.gz", "moe-serve-raw-ours-again.tar.gz"),
+        "--upstream-wheel", *raw("arch_builds", "local-2c-2026-12-05-pair", "upstream-wheel-doctor.json",
+                                 "upstream-wheel.sha256")]),
+    "bench/serving/results/nightly-0.4-serve.json": ("bench/serving/moe_serve_report.py", [
+        *raw("serving", "h100-2026-12-06d", "moe-serve-raw-t43.tar.gz"),
+        "--run", *raw("serving", "h100-2026-12-06d", "i55-raw.tar.gz")]),
+    "bench/serving/results/llama-serve.json": ("bench/serving/llama_serve_report.py", [
+        *raw("pruning", "h200-2026-12-02", "s9-raw.tar.gz", "serve9a-raw.tar.gz", "serve9b-raw.tar.gz")]),
+    "bench/flash_attn/results/flash-attn.json": ("bench/flash_attn/build_report.py", [
+        *raw("flash_attn", "h200-2026-12-04-fa", "fa-h-raw.tar.gz"), *raw("flash_attn", "h200-2026-12-03-fa",
+                                                                          "fa-c-raw.tar.gz"),
+        "--arch-cost", *raw("flash_attn", "local-2c-2026-12-03-fa", "arch-cost.json")]),
+    "bench/jit_prewarm/results/nvfp4-sm120a.json": ("bench/jit_prewarm/prewarm_report.py",
+                                                    raw("real_build", "local-2c-2026-12-02", "jit-prewarm-nvfp4-raw.json")),
+    "bench/jit_prewarm/results/nvfp4-sm120a-h100.json": ("bench/jit_prewarm/prewarm_report.py", [
+        "--tool", *raw("upstream_tests", "h100-2026-12-06b", "i55-raw.tar.gz")]),
+}
+
+# Measured live (no raw pack): the command that measures it again, on the machine the study names.
+MEASURED = {
+    "bench/scheduler/results/scheduler.json": "make bench-scheduler (root: a memory cgroup)",
+    "bench/miniature/results/latest.json": "make bench-build",
+    "bench/miniature/results/h200-host-16c.json": "python bench/miniature/side_by_side.py on the GPU host (16 cores)",
+    "bench/real_build/results/16-cores-sm120a.json": "the GPU host's build of series v2 (patches/sm120/v2/NOTES.md)",
+    "bench/house_speed/results/house_timing.json": "python bench/house_speed/noop_rebuild.py --baseline COMMIT",
+    "bench/house_speed/results/ninja_wrapper.json": "python bench/house_speed/configure_wrapper.py --baseline COMMIT",
+    "bench/house_speed/results/verify_speed.json": "python bench/house_speed/verify_speed.py WHEEL --baseline COMMIT",
+    "bench/compile_cache/results/compile_cache.json": "python bench/compile_cache/cold_warm.py",
+    "bench/fetch_cost/results/fetch_cost.json": "python bench/fetch_cost/mirrors_vs_tool.py --recipe nightly-cu130",
+    "bench/toolkit_setup/results/toolkit_setup.json": "python bench/toolkit_setup/cold_vs_cached.py",
+    "bench/code_health/results/error_sites.json": "python bench/code_health/error_sites.py (extra: bench)",
+    "bench/code_health/results/mutation.json": "make mutate",
+    "bench/arch_builds/results/arch-table.json": "python bench/arch_builds/arch_table.py (plans with this machine's nvcc)",
+    "bench/fa3_variants/results/fa3-variants-commands.json":
+        "python bench/fa3_variants/compare_commands.py compare FULL.json PRUNED.json (digests of two configures)",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="one study's folder name (e.g. pruning)")
+    parser.add_argument("--write", action="store_true", help="replace a results file that differs")
+    args = parser.parse_args()
+    bad = 0
+    listed = set(FROM_RAW) | set(MEASURED)
+    for path in sorted(p.relative_to(ROOT).as_posix() for p in BENCH.glob("*/results/*.json")):
+        if path not in listed:
+            print(f"{path}: no regeneration listed (add it to bench/regenerate.py)")
+            bad = 1
+    with tempfile.TemporaryDirectory() as tmp:
+        for path, (script, argv) in FROM_RAW.items():
+            if args.only and not path.startswith(f"bench/{args.only}/"):
+                continue
+            out = Path(tmp) / Path(path).name
+            proc = subprocess.run([sys.executable, script, *argv, "--out", str(out)], cwd=ROOT, capture_output=True,
+                                  text=True, check=False)
+            if proc.returncode != 0 or not out.is_file():
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                print(f"{path}: {script} failed (rc {proc.returncode}): {last}")
+                bad = 1
+            elif filecmp.cmp(out, ROOT / path, shallow=False):
+                print(f"{path}: byte-identical")
+            else:
+                print(f"{path}: DIFFERS from what {script} writes now" + (" (rewritten)" if args.write else ""))
+                if args.write:
+                    (ROOT / path).write_bytes(out.read_bytes())
+                else:
+                    bad = 1
+    for path, how in MEASURED.items():
+        if not args.only or path.startswith(f"bench/{args.only}/"):
+            print(f"{path}: measured live, no raw pack: {how}")
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
