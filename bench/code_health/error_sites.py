@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from needs import need
+
 PKG = ROOT / "build_kernel"
 OUT = ROOT / "bench" / "code_health" / "results" / "error_sites.json"
 DEFAULT_MARKERS = "not slow and not network"
@@ -223,6 +226,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--json", action="store_true", help="print the JSON result instead of the tables")
     args = ap.parse_args()
+    need("coverage", extra="bench", why="it counts the error sites the tests reach from coverage's data")
 
     sources = {p: p.read_bytes() for p in PKG.rglob("*.py")}
     sites = inventory()

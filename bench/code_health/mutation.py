@@ -31,6 +31,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from needs import need
+
 MUTANTS = ROOT / "mutants"
 RESULTS = ROOT / "bench" / "code_health" / "results" / "mutation.json"
 
@@ -196,6 +199,8 @@ def main() -> int:
     s.add_argument("--extended", action="store_true")
     s.set_defaults(func=survivors)
     args = parser.parse_args()
+    if args.command == "run":
+        need("mutmut", extra="mutate", why="it runs mutmut over the safety logic")
     return int(args.func(args))
 
 
