@@ -472,14 +472,15 @@ def test_a_module_of_the_installed_wheel_that_does_not_import(tmp_path: Path) ->
 
 
 def test_a_module_that_comes_from_elsewhere_than_the_installed_wheel(project: Path, tmp_path: Path) -> None:
-    # The recipe names a module the wheel does not ship; the interpreter has one of that name.
-    recipe = verify_recipe(project, "where", 'import_modules = ["bk_where", "packaging"]')
-    import packaging
+    # The recipe names a module the wheel does not ship; the interpreter has one of that name (in its standard
+    # library: the install-back's fresh venv has none of the build environment's packages).
+    recipe = verify_recipe(project, "where", 'import_modules = ["bk_where", "json"]')
+    import json as stdlib_json
 
     folder = tmp_path / "static"
     wheel = make_wheel(tmp_path / "w", "bk-where", VERSION)
     proc = run_cli("publish", str(wheel), "--recipe", str(recipe), "--to", str(folder), env=cli_env(tmp_path))
-    assert one_error(proc, 8) == (f"installed back from {folder}, but import packaging came from {packaging.__file__}, "
+    assert one_error(proc, 8) == (f"installed back from {folder}, but import json came from {stdlib_json.__file__}, "
                                   "not from the installed wheel (the wheel on the index does not work here: fix it "
                                   "and publish a new build)")
     assert_published_whole(folder, {}, wheel)

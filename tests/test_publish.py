@@ -106,14 +106,16 @@ def _b64(digest: bytes) -> str:
 
 
 def make_wheel(folder: Path, project: str, version: str, *, value: str = "42", top_level: bool = False,
-               verified: bool = True, extra: dict[str, str] | None = None) -> Path:
-    """A small real pure-Python wheel (RECORD with hashes) and, optionally, a passing record."""
+               verified: bool = True, extra: dict[str, str] | None = None, requires: tuple[str, ...] = ()) -> Path:
+    """A small real pure-Python wheel (RECORD with hashes) and, optionally, a passing record.
+    `requires`: its Requires-Dist lines (`torch==2.14.1`)."""
     module = project.replace("-", "_")
     dist_info = f"{module}-{version}.dist-info"
     files = {
         f"{module}/__init__.py": f'VALUE = "{value}"\nVERSION = "{version}"\n',
         **(extra or {}),
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n",
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: build-kernel-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     if top_level:

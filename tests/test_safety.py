@@ -435,10 +435,10 @@ def test_install_back_of_a_version_the_folder_lacks_names_the_simple_url(tmp_pat
     with pytest.raises(PublishError, match=rf"bk-lacks=+0\.2\.0 was published but is not installable from "
                                            rf"{re.escape(target.simple_url)}"):
         install_back(target, "bk-lacks", "0.2.0", modules=["bk_lacks"], python=sys.executable, env=env)
-    fetched, imports = install_back(target, "bk-lacks", f"0.1.0{LOCAL}", modules=["bk_lacks"], python=sys.executable,
-                                    env=env, log_path=tmp_path / "log")
+    back = install_back(target, "bk-lacks", f"0.1.0{LOCAL}", modules=["bk_lacks"], python=sys.executable,
+                        env=env, log_path=tmp_path / "log")
     wheel = folder / f"bk_lacks-0.1.0{LOCAL}-py3-none-any.whl"
-    assert imports == {"bk_lacks": "ok"} and fetched == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert back.imports == {"bk_lacks": "ok"} and back.fetched == hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------- (c) locks

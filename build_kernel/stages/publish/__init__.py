@@ -75,6 +75,8 @@ class Published:
     installed_from: str = ""
     index_sha256: str | None = None
     imports: dict[str, str] = field(default_factory=dict)
+    dependencies: dict[str, str] = field(default_factory=dict)
+    """What the wheel requires (its torch), `name version` -> where the fresh install took it from."""
 
 
 @dataclass
@@ -207,6 +209,7 @@ def publish(
     env: Mapping[str, str],
     log_path: Path | None = None,
     recipe: str | None = None,
+    find_links: Sequence[str] = (),
 ) -> PublishResult:
     """Publish every wheel (all refused unless verified), then install each back and import it.
 
@@ -215,6 +218,9 @@ def publish(
     what makes it: called only once the cheap checks passed (building a torch environment takes
     minutes). twine runs in this tool's own environment (the build env has no twine).
     `recipe`: how hints name the recipe (`--recipe` of the command).
+    `find_links`: wheelhouses the install-back may take the wheel's requirements (its torch) from, besides
+    the target: a fleet's other source. Without them, a requirement the target lacks is taken from the
+    build environment, with a warning (install_back).
     """
     checked = check(wheels, target, force=force, recipe=recipe)
     python = python if isinstance(python, str) else python()
@@ -232,11 +238,17 @@ def publish(
             log.info(target.redact(f"{c.wheel.name} -> {target.label} ({status})"))
         modules = list(import_modules) if import_modules is not None else wheel_modules(c.wheel)
         try:
-            fetched, imports = back.install_back(target, c.project, c.version, modules=modules, python=python,
-                                                 env=env, log_path=log_path)
+            installed = back.install_back(target, c.project, c.version, modules=modules, python=python,
+                                          env=env, log_path=log_path, find_links=find_links)
         except PublishError:
             _withdraw(backend, c.wheel, status)
             raise
+        fetched, imports = installed.fetched, installed.imports
+        for lent in installed.lent:
+            log.warn(target.redact(f"{c.project} {c.version} requires {lent.split()[0]}, which {target.label} does not "
+                                   f"hold: installed back with the build environment's {lent}; a fleet installing "
+                                   "from this index alone cannot install it (put that torch on the index, or "
+                                   "install with --find-links: docs/publishing.md)"))
         if fetched is not None and fetched != c.sha256:
             why = "it was skipped as already there, but " if status in ("skipped", UNCHANGED) else ""
             raise target.fail(f"{why}{target.label} serves other bytes for {c.project} {c.version} than "
@@ -245,5 +257,5 @@ def publish(
         log.info(target.redact(f"installed {c.project}=={c.version} back from {target.simple_url}"
                                + (f"; imported {', '.join(imports)}" if imports else "")))
         done.append(Published(c.wheel.name, c.project, c.version, c.sha256, status, c.verified, target.simple_url,
-                              fetched, imports))
+                              fetched, imports, installed.dependencies))
     return PublishResult(target, done)

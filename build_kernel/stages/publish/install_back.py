@@ -1,23 +1,29 @@
 """Prove a publish: install the exact version back from the target alone, then import it.
 
-pip, with every configured index and find-links switched off, installs
-`name==exact.version+local` from the target's simple URL into a throw-away folder; the
-bytes it fetched must be the bytes we published (the stage compares them), and the
-wheel's modules must import from that folder.
+pip, with every configured index and find-links switched off, installs `name===exact.version+local`
+and what it requires (its torch) from the target's simple URL (and the wheelhouses named with
+`--find-links`) into a fresh venv (fresh_env); the bytes it fetched must be the bytes we published
+(the stage compares them), and the wheel's modules must import, from that venv, with its interpreter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from build_kernel import import_probe
 from build_kernel.errors import BuildKernelError, PublishError
+from build_kernel.stages.publish import fresh_env
 from build_kernel.stages.publish.backends import last_line, reachability, run
 from build_kernel.stages.publish.credentials import with_userinfo
 from build_kernel.stages.publish.targets import Target
@@ -57,62 +63,148 @@ def wheel_modules(wheel: Path) -> list[str]:
     return sorted(m for m in found if m.isidentifier())
 
 
-def _pip_install(target: Target, requirement: str, *, site: Path, report: Path, cwd: Path, python: str,
-                 env: Mapping[str, str], log_path: Path | None) -> None:
-    """`pip install --no-deps requirement` into `site` from the target's simple URL only."""
+class _Missing(Exception):
+    """pip found no distribution for a requirement of the wheel (not the wheel itself)."""
+
+    def __init__(self, requirement: str, failure: PublishError) -> None:
+        super().__init__(requirement)
+        self.requirement, self.failure = requirement, failure
+
+
+@dataclass
+class Installed:
+    """What the install-back proved: the bytes pip fetched, each module's import, where each dependency came
+    from (`name version` -> URL, or the build environment when it stood in)."""
+
+    fetched: str | None
+    imports: dict[str, str]
+    dependencies: dict[str, str] = field(default_factory=dict)
+    lent: list[str] = field(default_factory=list)
+
+
+def _sources(target: Target, find_links: Sequence[str]) -> str:
+    return " or ".join([target.simple_url, *find_links])
+
+
+def _pip_install(target: Target, requirement: str, *, fresh: fresh_env.Fresh, report: Path, cwd: Path, python: str,
+                 find_links: Sequence[str], env: Mapping[str, str], log_path: Path | None,
+                 no_deps: bool = False) -> None:
+    """`pip install requirement`, with its dependencies (unless `no_deps`), into the fresh venv from the
+    target's simple URL (and the wheelhouses named) only. pip is the build environment's (`pip --python`)."""
     pip_env = _pip_env(env)
-    cmd: list[str | Path] = [python, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--no-input",
-                             "--disable-pip-version-check", "--only-binary", ":all:", "--target", site,
-                             "--report", report]
+    cmd: list[str | Path] = [python, "-m", "pip", "--python", fresh.python, "install", "--no-cache-dir", "--no-input",
+                             "--no-compile", "--disable-pip-version-check", "--only-binary", ":all:",
+                             "--report", report, *(["--no-deps"] if no_deps else [])]
     if target.username and target.password and target.kind == "index":
         # Credentials go through the environment, never the command line (ps, logs).
         pip_env["PIP_INDEX_URL"] = with_userinfo(target.simple_url, target.username, target.password)
     else:
         cmd += ["--index-url", target.simple_url]
+    for folder in find_links:
+        cmd += ["--find-links", folder]
     cmd.append(requirement)
     code, output = run(target, cmd, what=f"installing {requirement} back from {target.label}", env=pip_env,
                        cwd=cwd, log_path=log_path, timeout=INSTALL_TIMEOUT_S)
     if code != 0:
-        raise _install_failure(target, requirement, python, output)
+        raise _install_failure(target, requirement, python, output, find_links)
 
 
-def _install_failure(target: Target, requirement: str, python: str, output: str) -> PublishError:
-    flat = " ".join(output.split()).lower()
-    if "no module named pip" in flat:
+_NOT_FOUND = re.compile(r"no matching distribution found for (\S+)", re.IGNORECASE)
+
+
+def _install_failure(target: Target, requirement: str, python: str, output: str,
+                     find_links: Sequence[str]) -> PublishError | _Missing:
+    flat = " ".join(output.split())
+    low = flat.lower()
+    if "no module named pip" in low:
         return target.fail(f"{python} has no pip to install {requirement} back with", f"{python} -m ensurepip")
-    if (err := reachability(target, flat)) is not None:
+    if (err := reachability(target, low)) is not None:
         return err
-    if "no matching distribution" in flat or "could not find a version" in flat:
+    missing = _NOT_FOUND.search(flat)
+    project = requirement.partition("===")[0]
+    if missing and canonicalize_name(re.split(r"[<>=!~;\[(]", missing.group(1))[0]) != canonicalize_name(project):
+        needed = missing.group(1)
+        return _Missing(needed, target.fail(
+            f"{requirement.replace('===', ' ')} requires {needed}, which {_sources(target, find_links)} does not hold: "
+            f"a fleet installing from there cannot install {project}",
+            f"publish {needed} (and what it requires) to {target.label} too, or pass --find-links DIR, a folder "
+            "of wheels holding it (docs/publishing.md: how a fleet installs)"))
+    if missing or "could not find a version" in low:
         return target.fail(f"{requirement} was published but is not installable from {target.simple_url}",
                            "check the target's simple URL (devpi: …/+simple/; set `simple` in indexes.toml "
                            "or pass --install-url)")
     return target.fail(f"installing {requirement} back from {target.simple_url} failed: {last_line(output)}")
 
 
-def install_back(target: Target, project: str, version: str, *, modules: Sequence[str], python: str,
-                 env: Mapping[str, str], log_path: Path | None = None) -> tuple[str | None, dict[str, str]]:
-    """pip-install exactly `project==version` from the target alone, then import `modules`.
+def _name(requirement: str) -> str:
+    return str(canonicalize_name(re.split(r"[<>=!~;\[( ]", requirement.strip(), maxsplit=1)[0]))
 
-    Returns the sha256 of the file pip fetched (None when pip's report lacks it) and the
-    import outcome per module; raises PublishError when the round trip does not hold.
+
+def _check_lent(target: Target, requirement: str, requires: Sequence[str], have: Mapping[str, str], sources: str,
+                hint: str | None) -> None:
+    """Every requirement of the wheel (installed --no-deps beside a lent torch) is met by what was lent."""
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        got = have.get(_name(req.name))
+        if got is None or not req.specifier.contains(got, prereleases=True):
+            lent = ", ".join(f"{n} {v}" for n, v in have.items())
+            raise target.fail(f"{requirement.replace('===', ' ')} requires {req}: neither {sources} nor the build "
+                              f"environment ({lent}) holds it", hint)
+
+
+def install_back(target: Target, project: str, version: str, *, modules: Sequence[str], python: str,
+                 env: Mapping[str, str], log_path: Path | None = None, find_links: Sequence[str] = ()) -> Installed:
+    """pip-install exactly `project==version`, with what it requires, into a fresh venv from the target (and
+    the wheelhouses `find_links`) alone, then import `modules` with that venv's interpreter.
+
+    A requirement neither holds (the wheel's torch, on an index of kernels only) is an error when
+    wheelhouses were named; otherwise the build environment's own distribution stands in (fresh_env.lend)
+    and `lent` names it: the caller warns that the index alone does not install the wheel.
+    Raises PublishError when the round trip does not hold.
     """
     # `===`: under PEP 440 `==1.0` also matches `1.0+local`, another build of the same release.
     requirement = f"{project}==={version}"
     with tempfile.TemporaryDirectory(prefix="bk-install-back-") as tmp_str:
         tmp = Path(tmp_str)
-        site, report, cwd = tmp / "site", tmp / "report.json", tmp / "cwd"
+        report, cwd = tmp / "report.json", tmp / "cwd"
         cwd.mkdir()
-        _pip_install(target, requirement, site=site, report=report, cwd=cwd, python=python, env=env,
-                     log_path=log_path)
+        fresh = fresh_env.create(target, python, tmp / "venv", env=env, log_path=log_path)
+        lent: list[str] = []
+        have: dict[str, str] = {}
+        fix: str | None = None
+        try:
+            _pip_install(target, requirement, fresh=fresh, report=report, cwd=cwd, python=python,
+                         find_links=find_links, env=env, log_path=log_path)
+        except _Missing as missing:
+            name = _name(missing.requirement)
+            have = {} if find_links else fresh_env.lend(target, python, [name], fresh, env=env, log_path=log_path)
+            if name not in have:
+                raise missing.failure from None
+            lent.append(f"{name} {have[name]}")
+            fix = missing.failure.hint
+            # The build environment's torch as it is: pip would resolve its whole tree again (and a torch
+            # installed from PyPI may lack a CUDA wheel one of its extras names); the wheel's own requirements
+            # are checked against what was lent instead (_check_lent).
+            _pip_install(target, requirement, fresh=fresh, report=report, cwd=cwd, python=python,
+                         find_links=find_links, env=env, log_path=log_path, no_deps=True)
         data = json.loads(report.read_text())
-        installed: dict[str, Any] = (data.get("install") or [{}])[0]
-        info = installed.get("download_info", {}).get("archive_info", {})
+        entries: list[dict[str, Any]] = data.get("install") or []
+        ours = next((e for e in entries if canonicalize_name(e.get("metadata", {}).get("name", "")) == project), {})
+        info = ours.get("download_info", {}).get("archive_info", {})
         fetched = (info.get("hashes") or {}).get("sha256")
-        got_version = installed.get("metadata", {}).get("version")
+        got_version = ours.get("metadata", {}).get("version")
         if got_version != version:
             raise target.fail(f"pip installed {project} {got_version} from {target.label}, not {version}")
-        imports = _import_check(target, site, cwd, modules, python, env, log_path)
-    return fetched, imports
+        if lent:
+            _check_lent(target, requirement, ours.get("metadata", {}).get("requires_dist") or [], have,
+                        _sources(target, find_links), fix)
+        dependencies = {f"{e['metadata']['name']} {e['metadata']['version']}": target.redact(
+            e.get("download_info", {}).get("url", "?")) for e in entries if e is not ours}
+        dependencies.update({what: "the build environment (linked in: not on the index)" for what in lent})
+        imports = _import_check(target, fresh.site, cwd, modules, fresh.python, env, log_path)
+    return Installed(fetched, imports, dependencies, lent)
 
 
 def _import_check(target: Target, site: Path, cwd: Path, modules: Sequence[str], python: str,
@@ -121,7 +213,7 @@ def _import_check(target: Target, site: Path, cwd: Path, modules: Sequence[str],
     if not modules:
         return {}
     try:
-        probe = import_probe.run(python, modules, path=[site], base_env=env, cwd=cwd, error=PublishError,
+        probe = import_probe.run(python, modules, path=[], base_env=env, cwd=cwd, error=PublishError,
                                  what="importing the installed wheel", log=log_path, timeout=INSTALL_TIMEOUT_S,
                                  secrets=target.secret_forms)
     except BuildKernelError as exc:

@@ -9,9 +9,10 @@ class PublishStage:
     name = "publish"
 
     def __init__(self, *, to: str | None = None, install_url: str | None = None, skip_existing: bool = False,
-                 force: bool = False, in_pipeline: bool = True) -> None:
+                 force: bool = False, in_pipeline: bool = True, find_links: tuple[str, ...] = ()) -> None:
         # In the pipeline, publishing happens only when the recipe names a target.
         self.to, self.install_url, self.skip_existing, self.force = to, install_url, skip_existing, force
+        self.find_links = find_links
         self.in_pipeline = in_pipeline
         self.target_label = ""
 
@@ -36,7 +37,7 @@ class PublishStage:
         result = publish.publish(list(ctx.wheels), target, skip_existing=self.skip_existing, force=self.force,
                                  import_modules=p.recipe.verify.import_modules, python=ctx.build_python,
                                  env=ctx.env, log_path=p.cache_dir / "logs" / f"publish-{p.recipe.name}.log",
-                                 recipe=recipe_arg(p.recipe))
+                                 recipe=recipe_arg(p.recipe), find_links=self.find_links)
         self.result = result
         return Done("done", result.to_dict())
 
