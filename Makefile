@@ -19,7 +19,7 @@ space := $(empty) $(empty)
 ARCH_LIST := $(subst $(space),$(comma),$(strip $(subst ;, ,$(subst $(comma), ,$(ARCH)))))
 ARCH_FLAG := $(if $(ARCH_LIST),--arch '$(ARCH_LIST)',)
 
-.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build mutate clean
+.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build mutate clean distclean
 
 help:
 	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
@@ -81,5 +81,11 @@ mutate: venv
 	$(BIN)/python bench/code_health/mutation.py run $(MUTATE_ARGS)
 	$(BIN)/python bench/code_health/mutation.py report --label latest $(MUTATE_ARGS)
 
+# What the targets made: wheels and the records beside them (WHEEL.verify*.json, WHEEL.tests.json), the
+# output folder's simple/ pages, the demo's published index, setuptools' build/ and dist/. Not .venv
+# (minutes to remake: `make distclean`), nor the build cache (BUILD_KERNEL_CACHE_DIR, ~/.cache/build-kernel).
 clean:
-	rm -rf $(VENV) wheels/*.whl wheels/*.verify.json wheels/simple
+	rm -rf wheels/*.whl wheels/*.whl.*.json wheels/simple wheels/published build dist
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info
