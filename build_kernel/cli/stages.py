@@ -122,9 +122,11 @@ def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool,
 @click.option("--install-url", metavar="URL", help="Simple URL to install back from (default: <upload URL>/simple/).")
 @click.option("--skip-existing", is_flag=True, help="A file already on the index is skipped (still installed back).")
 @click.option("--force", is_flag=True, help="Publish even without a passing verification record (loud warning).")
+@click.option("--find-links", "find_links", metavar="DIR|URL", multiple=True,
+              help="A wheelhouse the install-back may take the wheel's torch from, besides the target (repeatable).")
 @click.pass_obj
 def publish_cmd(opts: Options, wheels: tuple[Path, ...], to: str | None, install_url: str | None,
-                skip_existing: bool, force: bool) -> None:
+                skip_existing: bool, force: bool, find_links: tuple[str, ...]) -> None:
     """Upload verified wheels to an index or a static folder, then install them back and import them."""
     from build_kernel.stages import publish
     from build_kernel.stages.publish.stage import PublishStage
@@ -136,11 +138,13 @@ def publish_cmd(opts: Options, wheels: tuple[Path, ...], to: str | None, install
         target = publish.resolve_target(to, None, env=opts.env, install_url=install_url)
         with log.step(f"publish {len(wheels)} wheel(s) to {target.label}"):
             result = publish.publish(list(wheels), target, skip_existing=skip_existing, force=force,
-                                     import_modules=None, python=sys.executable, env=opts.env, log_path=None)
+                                     import_modules=None, python=sys.executable, env=opts.env, log_path=None,
+                                     find_links=find_links)
         emit(opts, result.to_dict(), publish.render(result))
         return
     p = opts.plan()
-    stage = PublishStage(to=to, install_url=install_url, skip_existing=skip_existing, force=force, in_pipeline=False)
+    stage = PublishStage(to=to, install_url=install_url, skip_existing=skip_existing, force=force, in_pipeline=False,
+                         find_links=find_links)
     stages.run(stages.Context(p, wheels=list(wheels) or [newest_wheel(p)]), [stage])
     emit(opts, stage.result.to_dict(), publish.render(stage.result))
 
