@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from build_kernel import recipe
-from build_kernel.plan import resolve
+from build_kernel.plan import Plan, resolve
 from build_kernel.stages.builder import planner, scheduling
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_cli
 from tests.test_fetch_patch import RES
 
 
@@ -133,3 +133,79 @@ def test_no_estimate_from_the_whole_profile_before_the_build_lists_its_compiles(
     unlisted = planner.EtaFromLines(tus, jobs=1, clock=Clock(), edges=tmp_path / "never-written.json")
     assert unlisted("[0/3] Re-checking globbed directories...") is None
     assert unlisted("[1/3] Building CUDA object csrc/b.cu.o") == 4100.0
+
+
+# --- plan's forecast: how long the build's compiles will take on this host, before the build (issue 66 item 7) ---
+
+
+def test_the_forecast_is_the_eta_model_with_a_list_schedule_bound_above() -> None:
+    from build_kernel.stages.builder import forecast
+
+    recorded = {"csrc/a.cu": 100.0, "csrc/b.cu": 50.0}
+    # A known pair on 2 jobs: low = the progress bar's first estimate (sum over the jobs, not below the longest);
+    # high = Graham's bound for any list schedule, sum/2 + (1 - 1/2) x longest.
+    low, high, unknown, _, _ = forecast.estimate(recorded, ["csrc/a.cu", "csrc/b.cu"], jobs=2)
+    assert (low, high, unknown) == (planner.spread([100.0, 50.0], 2), 75.0 + 50.0, 0) == (100.0, 125.0, 0)
+    # An unknown compile: at the median of the known ones at the low end (as EtaFromLines counts it), at the longest
+    # at the high end; and the host factor widens the high end only.
+    low, high, unknown, typical, longest = forecast.estimate(recorded, ["csrc/a.cu", "csrc/b.cu", "csrc/k.cu"],
+                                                             jobs=2, factor=2.0)
+    assert (low, high, unknown, typical, longest) == (125.0, (250 / 2 + 50) * 2, 1, 100.0, 100.0)
+    assert forecast.estimate({}, ["csrc/k.cu"], jobs=2)[:2] == (None, None)
+
+
+def _cu130(tmp_path: Path) -> Plan:
+    return resolve(recipe.load("nightly-cu130"), env={}, resources=RES, cache_dir=tmp_path / "cache")
+
+
+def test_plan_forecasts_from_the_shipped_profile_and_says_where_it_was_measured(tmp_path: Path) -> None:
+    from build_kernel.stages.builder import forecast, ninja_order
+
+    plan = _cu130(tmp_path)
+    shipped = ninja_order.read_shipped(REPO_ROOT / "recipes/nightly-cu130.profile.csv")
+    f = forecast.forecast(plan)
+    assert (f.compiles, f.unknown, f.jobs, f.cpus, f.factor) == (len(shipped), 0, plan.jobs.jobs, RES.cpus, 2.0)
+    assert f.low_s == pytest.approx(max(sum(shipped.values()) / plan.jobs.jobs, *shipped.values()))
+    m = plan.jobs.jobs
+    assert f.high_s == pytest.approx((sum(shipped.values()) / m + (1 - 1 / m) * max(shipped.values())) * 2)
+    assert "times from nightly-cu130.profile.csv, measured on a 16-core H200 host (15 jobs), x1-x2 for this host" \
+        in f.line()
+    assert "profile nightly-cu130.profile.csv was measured for series sm120/v6, this build is for series sm120/v8" \
+        in f.line()
+
+
+def test_compiles_the_profile_does_not_know_widen_the_range_and_are_counted(tmp_path: Path) -> None:
+    from build_kernel.stages.builder import forecast, key_history, ninja_order
+
+    plan = _cu130(tmp_path)
+    before = forecast.forecast(plan)
+    # The last build of this recipe for these archs listed its compiles (ninja_order's edges file): two are new.
+    folder = plan.cache_dir / "build" / "0123abcd"
+    key_history.record(folder, plan.recipe.name, plan.arch_list, {})
+    shipped = list(ninja_order.read_shipped(REPO_ROOT / "recipes/nightly-cu130.profile.csv"))
+    (folder / "bin").mkdir()
+    (folder / "bin" / ninja_order.EDGES).write_text(json.dumps({"sources": [*shipped, "csrc/new_a.cu", "csrc/new_b.cu"]}))
+    f = forecast.forecast(plan)
+    assert (f.compiles, f.unknown, f.compiles_from) == (len(shipped) + 2, 2, "the last build's list (0123abcd)")
+    assert f.low_s is not None and before.low_s is not None and f.high_s is not None and before.high_s is not None
+    assert f.high_s - before.high_s > f.low_s - before.low_s > 0  # wider, above more than below
+    assert f"; 2 compile(s) the profile does not know, counted at {f.typical_s:.0f}-{f.longest_s:.0f} s each" in f.line()
+    # Another arch list's build is not this one's.
+    nine = resolve(recipe.load("nightly-cu130"), env={}, resources=RES, cache_dir=tmp_path / "cache", arch="9.0a")
+    assert forecast.forecast(nine).unknown == 0
+
+
+def test_plan_shows_the_build_time_in_its_first_screen_and_in_json(tmp_path: Path) -> None:
+    args = ("--cache-dir", str(tmp_path / "cache"), "plan", "--recipe", "nightly-cu130")
+    text = run_cli(*args, env={"ARCH": "", "TORCH_CUDA_ARCH_LIST": ""})
+    data = run_cli("--json", *args, env={"ARCH": "", "TORCH_CUDA_ARCH_LIST": ""})
+    assert text.returncode == 0 and data.returncode == 0, text.stderr + data.stderr
+    lines = text.stdout.splitlines()
+    [row] = [i for i, line in enumerate(lines) if line.startswith("build time ")]
+    assert row < 28  # the first screen
+    took = json.loads(data.stdout)["build_time"]
+    assert lines[row].split(None, 2)[2] == took["line"]  # the same words
+    assert took["low_s"] < took["high_s"] and took["compiles"] == 50 and took["unknown"] == 0
+    # No profile at all (the demo records one on its first build): said, not guessed.
+    demo = json.loads(run_cli("--json", "--cache-dir", str(tmp_path / "cache"), "plan", "--recipe", "demo").stdout)
+    assert demo["build_time"]["low_s"] is None and demo["build_time"]["line"].startswith("not known: no compile times")

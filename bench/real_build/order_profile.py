@@ -13,7 +13,7 @@ pre-fetched dependency, longest first. A dependency's source is named as the rec
         bench/pruning/raw/h200-2026-12-02-sparse/b6-raw.tar.gz recipes/nightly-cu130-pruned.profile.csv
     python bench/real_build/order_profile.py --package flash-attn --series-name flash-attn --series v2 --archs 9.0 \
         --commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab \
-        --host '16 cores,\n# 125 GiB, 16 jobs, nvcc 13.0.88, NVCC_THREADS 2' \
+        --host '16 cores,\n# 125 GiB, 16 jobs, nvcc 13.0.88, NVCC_THREADS 2' --machine 'a 16-core H200 host (16 jobs)' \
         bench/flash_attn/raw/h200-2026-12-04-fa/fa-h-raw.tar.gz recipes/flash-attn-2.8.3.profile.csv
 """
 
@@ -35,7 +35,7 @@ HEADER = """\
 # Compile times of {package} {short} with the {series_name} {series} series for {archs}: one full build
 # (build-kernel's recorder, profile.sqlite of {raw}; {host}). build.ninja's compiles start longest first by
 # `seconds`, and the governor predicts their memory by `peak_gb`, until this machine's profile knows them.
-# measured-for: archs={archs}; commit={commit}; series={series_name}/{version}
+# measured-for: archs={archs}; commit={commit}; series={series_name}/{version}; host={machine}
 """
 
 
@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--series-name", default="sm120", help="the patch series' name (recipe [patches] series)")
     # The measured host, as the header says it (\n: a line break, so a long one still fits the comment block).
     parser.add_argument("--host", default="16 cores,\\n# 125 GiB, 15 jobs, nvcc 13.0.88, --threads 1")
+    # The machine in a few words, for `plan`'s build time ("measured on ..."; build_kernel/stages/builder/forecast.py).
+    parser.add_argument("--machine", default="a 16-core H200 host (15 jobs)")
     args = parser.parse_args()
     with tarfile.open(args.raw) as tar:
         db = member(tar, "profile.sqlite")
@@ -79,7 +81,8 @@ def main() -> None:
     with args.out.open("w", newline="") as fh:
         fh.write(HEADER.format(raw=args.raw.as_posix(), series=args.series, archs=args.archs, commit=args.commit,
                                version=args.series.split()[0], package=args.package, short=args.commit[:8],
-                               series_name=args.series_name, host=args.host.replace("\\n", "\n")))
+                               series_name=args.series_name, host=args.host.replace("\\n", "\n"),
+                               machine=args.machine))
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(["source", "seconds", "peak_gb", "compiler"])
         for source, wall, peak, compiler in rows:

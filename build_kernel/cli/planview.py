@@ -103,6 +103,10 @@ def describe_plan(p: Plan, *, explain: bool = False, offline: bool = False) -> t
     for warning in p.jobs.warnings:
         log.warn(warning)
         rows.add("warning", warning)
+    from build_kernel.stages.builder import forecast
+
+    data["build_time"] = took = forecast.forecast(p).to_dict()  # the progress bar's model, before the build
+    rows.add("build time", took["line"])
     # Only where there is an FA3 choice: a recipe that makes one, or a series that reads it (sgl-kernel's);
     # another package's plan (flash-attn 2) has no such kernels to list.
     if r.build.fa3 != "all" or fa3_variants.series_reads_choice([patch.path for patch in p.series.patches]):

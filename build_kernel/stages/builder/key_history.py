@@ -42,23 +42,29 @@ def _short(value: Any) -> str:
     return value[:12] if isinstance(value, str) and len(value) == 64 else str(value)
 
 
-def changed_since(builds: Path, work: Path, recipe: str, archs: str, inputs: dict[str, Any]) -> str | None:
-    """One line for a new build folder `work`: the newest other build of `recipe` for `archs` under `builds`,
-    and which inputs differ; None when there is none (or `work` was built before)."""
-    # A folder with its record (or, from before records, CMake's folder) was built in: a resumed build.
-    if (work / KEY_FILE).is_file() or (work / "cmake").is_dir():
-        return None
+def newest(builds: Path, recipe: str, archs: str, *, having: str = KEY_FILE) -> Path | None:
+    """The newest build folder under `builds` of `recipe` for `archs` that holds `having` (its record, or a file
+    the build left there); None when there is none."""
     earlier = []
     for path in builds.glob(f"*/{KEY_FILE}"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if data.get("recipe") == recipe and data.get("archs") == archs:
-            earlier.append((path.stat().st_mtime, path.parent.name, data.get("inputs") or {}))
-    if not earlier:
+        if data.get("recipe") == recipe and data.get("archs") == archs and (path.parent / having).is_file():
+            earlier.append((path.stat().st_mtime, path.parent.name, path.parent))
+    return max(earlier)[2] if earlier else None
+
+
+def changed_since(builds: Path, work: Path, recipe: str, archs: str, inputs: dict[str, Any]) -> str | None:
+    """One line for a new build folder `work`: the newest other build of `recipe` for `archs` under `builds`,
+    and which inputs differ; None when there is none (or `work` was built before)."""
+    # A folder with its record (or, from before records, CMake's folder) was built in: a resumed build.
+    if (work / KEY_FILE).is_file() or (work / "cmake").is_dir():
         return None
-    _, key, old = max(earlier)
+    if (last := newest(builds, recipe, archs)) is None:
+        return None
+    key, old = last.name, json.loads((last / KEY_FILE).read_text()).get("inputs") or {}
     changed = _differences(old, inputs)
     if not changed:
         return None

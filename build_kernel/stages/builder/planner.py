@@ -94,6 +94,21 @@ def eta_s(tus: Sequence[TU], done: Iterable[str], jobs: int) -> float | None:
     return max(sum(left) / max(1, jobs), *left)
 
 
+def counted(recorded: Mapping[str, float], sources: Sequence[str]) -> tuple[dict[str, float], set[str], float | None]:
+    """The ETA's work per compile: its recorded seconds, or for one the profile does not know the median of those
+    it knows (the typical compile); with the unknown sources and that median (None when it knows none)."""
+    known = sorted(recorded[s] for s in sources if s in recorded)
+    typical = known[len(known) // 2] if known else None
+    unknown = {s for s in sources if s not in recorded}
+    return {s: w for s in sources if (w := recorded.get(s, typical)) is not None}, unknown, typical
+
+
+def spread(left: Sequence[float], jobs: int, elapsed: float = 0.0) -> float | None:
+    """Seconds for `left` on `jobs` jobs: their sum over the jobs, never less than the longest (counted from
+    `elapsed` into the build: compiles start longest first, so the longest has been running that long)."""
+    return max(sum(left) / max(1, jobs), max(left) - elapsed) if left else None
+
+
 def _in_line(source: str) -> str:
     """How ninja's line names a TU: a dependency's source (`deps/repo-mscclpp/src/ib.cc`, as the recorder names
     it) is compiled from a folder with a hash in its name, or in a build folder of its own
@@ -138,10 +153,7 @@ class EtaFromLines:
         self._at, self._estimate = clock(), self._prior() if self._listed else None
 
     def _use(self, sources: Sequence[str]) -> None:
-        known = sorted(self._recorded[s] for s in sources if s in self._recorded)
-        self.typical = known[len(known) // 2] if known else None
-        self.unknown = {s for s in sources if s not in self._recorded}
-        self.work = {s: w for s in sources if (w := self._recorded.get(s, self.typical)) is not None}
+        self.work, self.unknown, self.typical = counted(self._recorded, sources)
         # Longest first: `gemm/fp8.cu` must not be marked done by `fp8.cu`.
         self._names = sorted(self.work, key=lambda s: len(_in_line(s)), reverse=True)
 
@@ -158,8 +170,7 @@ class EtaFromLines:
     def _prior(self, elapsed: float = 0.0) -> float | None:
         """eta_s of what is left, its longest TU counted from the build's start: compiles start longest first
         (ninja_order), so the longest still running has been for that long."""
-        left = self._left()
-        return max(sum(left) / max(1, self.jobs), max(left) - elapsed) if left else None
+        return spread(self._left(), self.jobs, elapsed)
 
     def __call__(self, line: str) -> float | None:
         now = self.clock()
