@@ -47,6 +47,8 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
     "bench/eta/results/eta-replay.json": ("bench/eta/eta_replay.py", [
         "report", *raw("eta", "h200-2026-12-03-unpruned", "v7u-eta.json", "v8-beside-tests-eta.json"),
         *raw("pruning", "h200-2026-12-02-sparse", "b6b-eta.json")]),
+    # plan's build-time forecast against seven real builds (their packs are named in the script).
+    "bench/eta/results/plan-forecast.json": ("bench/eta/plan_forecast.py", []),
     "bench/arch_builds/results/arch-builds.json": ("bench/arch_builds/builds_report.py", [
         *raw("arch_builds", "local-2c-2026-12-05-arch", *(f"{x}-2c-raw.tar.gz" for x in
                                                           ("sm100a", "sm121a", "sm89", "sm90a-sm120a"))),
