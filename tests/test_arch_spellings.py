@@ -108,6 +108,13 @@ def test_plan_json_says_which_won_and_the_build_gets_that_list() -> None:
     data = json.loads(proc.stdout)
     assert data["archs"]["list"] == ["9.0a", "12.0a"] and data["archs"]["source"] == "environment TORCH_CUDA_ARCH_LIST"
     assert data["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0a;12.0a"  # what the compile is given, in torch's own spelling
+    # --arch takes the same spellings (quoted, as a shell needs `;` and spaces to be).
+    for given in ("9.0a;12.0a", "9.0a 12.0a", "9.0a,12.0a"):
+        proc = run_cli("--json", "--arch", given, "plan", "--recipe", "demo",
+                       env={"TORCH_CUDA_ARCH_LIST": "8.0", "ARCH": ""})
+        archs = json.loads(proc.stdout)["archs"]
+        assert (archs["list"], archs["source"]) == (["9.0a", "12.0a"], "command line; environment "
+                                                    "TORCH_CUDA_ARCH_LIST=8.0 not used: --arch wins"), proc.stderr
     bad = run_cli("--json", "plan", "--recipe", "demo", env={"TORCH_CUDA_ARCH_LIST": "5.2", "ARCH": ""})
     assert bad.returncode == 2
     [line] = bad.stderr.strip().splitlines()

@@ -70,7 +70,8 @@ _SHARED: tuple[Callable[[F], F], ...] = (
     click.option("--recipe", "-r", metavar="NAME|PATH", callback=_store, expose_value=False,
                  help="Recipe: a name in recipes/ or a .toml path."),
     click.option("--arch", metavar="LIST", callback=_store, expose_value=False,
-                 help="Arch list, e.g. 12.0a (overrides ARCH and the recipe)."),
+                 help="Arch list, e.g. 12.0a or '9.0a;12.0a' (`;`, spaces or commas, TORCH_CUDA_ARCH_LIST's spellings; "
+                      "overrides ARCH, TORCH_CUDA_ARCH_LIST and the recipe)."),
     click.option("--jobs", "-j", type=int, callback=_store, expose_value=False,
                  help="Compile jobs (overrides MAX_JOBS and the recipe)."),
     click.option("--cache-dir", type=click.Path(path_type=Path), callback=_store, expose_value=False,
