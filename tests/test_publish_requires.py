@@ -85,7 +85,8 @@ def _resolves(tmp_path: Path, index: Path, requirement: str) -> str | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
                            "--quiet", "--report", "-", "--disable-pip-version-check", "--index-url",
-                           (index / "simple").as_uri(), requirement], env=env, capture_output=True, text=True)
+                           (index / "simple").as_uri(), requirement], check=False, env=env, capture_output=True,
+                          text=True)
     return str(json.loads(proc.stdout)["install"][0]["metadata"]["version"]) if proc.returncode == 0 else None
 
 

@@ -8,8 +8,10 @@ a real `verify --arch 10.0a` (which fails: no sm_100a code), then a real publish
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -96,7 +98,21 @@ def test_verify_for_another_arch_leaves_the_demo_wheels_verdict(demo_build: Demo
     apart = json.loads((out / f"{wheel.name}.verify.sm_100a.json").read_text())
     assert apart["passed"] is False and apart["asked"] == ["sm_100a"]
     assert (out / (wheel.name + RECORD_SUFFIX)).read_bytes() == verdict
-    published = run_cli("--json", "publish", str(wheel), "--recipe", "demo", "--to", str(tmp_path / "shelf"),
-                        env={**env, "HOME": str(tmp_path), "BUILD_KERNEL_INDEXES": str(tmp_path / "none.toml")})
+    # The wheel declares the torch it was built against (issue 66 item 2), as pip knows that torch.
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    torch = importlib.metadata.version("torch")
+    assert f"Requires-Dist: torch=={torch}" in metadata.splitlines()
+    publish = ["--json", "publish", str(wheel), "--recipe", "demo", "--to", str(tmp_path / "shelf")]
+    publish_env = {**env, "HOME": str(tmp_path), "BUILD_KERNEL_INDEXES": str(tmp_path / "none.toml")}
+    published = run_cli(*publish, env=publish_env)
     assert published.returncode == 0, published.stdout + published.stderr
-    assert json.loads(published.stdout)["wheels"][0]["status"] == "copied"
+    [done] = json.loads(published.stdout)["wheels"]
+    # The folder holds no torch: the build environment's stands in, and the warning says a fleet needs one.
+    assert done["status"] == "copied" and done["dependencies"] == {
+        f"torch {torch}": "the build environment (linked in: not on the index)"}
+    assert "a fleet installing from this index alone cannot install it" in " ".join(published.stderr.split())
+    # And publishing the same bytes again (`make demo` twice) is a success that changes nothing (item 5).
+    again = run_cli(*publish, env=publish_env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["wheels"][0]["status"] == "unchanged"
