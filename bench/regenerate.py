@@ -6,6 +6,7 @@ Each study's README gives the same commands. A results file measured live (a ben
 from a raw pack: the scheduler under a memory cap, the miniature side by side, the compile cache, ...) has no raw
 output to remake it from: it is listed as such, with the command that measures it again. `--write` replaces a
 results file that differs (after the script changed, e.g. a pattern fixed); without it nothing in bench/ changes.
+Each study's picture (an SVG, matplotlib: the `bench` extra) is drawn again the same way and compared too.
 Exit 1 when a file remade from raw differs, or its script fails.
 """
 
@@ -107,6 +108,14 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
         "--tool", *raw("upstream_tests", "h100-2026-12-06b", "i55-raw.tar.gz")]),
 }
 
+# Each study's picture -> the script that draws it (from the raw packs or results above); byte-stable SVG.
+FIGURES = {
+    "bench/pruning/proof.svg": "bench/pruning/proof_figure.py",
+    "bench/real_build/timeline.svg": "bench/real_build/timeline_figure.py",
+    "bench/split_tus/per-tu.svg": "bench/split_tus/per_tu_figure.py",
+    "bench/scheduler/peaks.svg": "bench/scheduler/peaks_figure.py",
+}
+
 # Measured live (no raw pack): the command that measures it again, on the machine the study names.
 MEASURED = {
     "bench/scheduler/results/scheduler.json": "make bench-scheduler (root: a memory cgroup)",
@@ -153,6 +162,24 @@ def main() -> int:
                 print(f"{path}: byte-identical")
             else:
                 print(f"{path}: DIFFERS from what {script} writes now" + (" (rewritten)" if args.write else ""))
+                if args.write:
+                    (ROOT / path).write_bytes(out.read_bytes())
+                else:
+                    bad = 1
+        for path, script in FIGURES.items():
+            if args.only and not path.startswith(f"bench/{args.only}/"):
+                continue
+            out = Path(tmp) / Path(path).name
+            proc = subprocess.run([sys.executable, script, "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                                  check=False)
+            if proc.returncode != 0 or not out.is_file():
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                print(f"{path}: {script} failed (rc {proc.returncode}): {last}")
+                bad = 1
+            elif filecmp.cmp(out, ROOT / path, shallow=False):
+                print(f"{path}: byte-identical")
+            else:
+                print(f"{path}: DIFFERS from what {script} draws now" + (" (rewritten)" if args.write else ""))
                 if args.write:
                     (ROOT / path).write_bytes(out.read_bytes())
                 else:
