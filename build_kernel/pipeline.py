@@ -1,7 +1,8 @@
 """The whole recipe, stage after stage: fetch, patch, build, verify, publish, serve.
 
 The loop is `stages.run`; this module only builds the context, the dry-run answer and the
-summary table.
+summary table. Before the first stage, readiness.require lists every problem a build would meet
+(the checks `doctor --recipe` prints), each with its fix, and stops before anything is fetched.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from build_kernel import stages
+from build_kernel import readiness, stages
 from build_kernel.plan import Plan
 
 
@@ -24,6 +25,7 @@ def run(plan: Plan, *, offline: bool = False, force: bool = False, dry_run: bool
             why = stage.skip(ctx)
             ctx.outcomes[stage.name] = {"status": why or "planned", "seconds": 0.0}
         return {"recipe": plan.recipe.name, "dry_run": True, "plan": plan.to_dict(), "stages": ctx.outcomes}
+    readiness.require(plan, offline=offline)
     stages.run(ctx, pipeline)
     assert ctx.build is not None
     return {"recipe": plan.recipe.name, "wheel": str(ctx.build.wheel), "version": ctx.build.version,

@@ -94,11 +94,12 @@ def test_doctor_advises_no_series_when_none_applies(project: Path, tmp_path: Pat
 def test_plan_warns_when_the_series_does_not_list_the_commit(project: Path, tmp_path: Path) -> None:
     _series(project)
     env = {"BUILD_KERNEL_CACHE_DIR": str(tmp_path / "cache")}
-    proc = run_cli("plan", "--recipe", str(_recipe(project, commit=A, torch="2.14.1+cu130", version="v8")), env=env)
+    # torch "existing": a pin from PyTorch's index, unreachable here, would make plan exit 3 (issue 66 item 1).
+    proc = run_cli("plan", "--recipe", str(_recipe(project, commit=A, torch="existing", version="v8")), env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"series s/v8 does not list commit {A[:12]}" in proc.stderr
     assert "patch check" in proc.stderr
-    ok = run_cli("plan", "--recipe", str(_recipe(project, commit=B, torch="2.14.1+cu130", version="v8")), env=env)
+    ok = run_cli("plan", "--recipe", str(_recipe(project, commit=B, torch="existing", version="v8")), env=env)
     assert ok.returncode == 0 and "does not list" not in ok.stderr
 
 

@@ -25,11 +25,16 @@ from tests.conftest import REPO_ROOT
 SAYS = "error: interrupted during build 12.0a with "
 
 
+# SIGINT at its default, as in a shell, whatever this test process (an xdist worker) does with it: an ignored
+# signal stays ignored across exec, and Python would then never raise KeyboardInterrupt.
+AS_IN_A_SHELL = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
 def _interrupt_when_compiling(cmd: list[str], env: dict[str, str], logs: Path) -> subprocess.CompletedProcess[str]:
-    # Its own session (a group of its own, as a terminal's job); SIGINT at its default, as in a shell, whatever
-    # this test process (an xdist worker) does with it.
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # Its own session: a group of its own, as a terminal's job.
+    proc = subprocess.Popen(AS_IN_A_SHELL + cmd[1:], env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 900
     # Compiling has started when ninja's first progress line is in the build log (a barrier, not a delay).
     while proc.poll() is None and time.monotonic() < deadline:
@@ -82,7 +87,7 @@ def test_a_build_whose_programs_got_the_ctrl_c_is_interrupted_not_failed(tmp_pat
 def test_a_real_build_failure_is_still_a_build_error(tmp_path: Path) -> None:
     from build_kernel.errors import BuildError
 
-    with pytest.raises(BuildError, match="build failed: x.cu:1: error: nope"):
+    with pytest.raises(BuildError, match=r"build failed: x\.cu:1: error: nope"):
         runner.build_with_retries(_script(tmp_path, 'print("x.cu:1: error: nope"); sys.exit(1)\n'),
                                   lambda jobs: dict(os.environ), cwd=tmp_path, log_path=tmp_path / "build.log",
                                   jobs=2, max_oom_retries=2)

@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from build_kernel import host_compiler, recipe, stack, toolchain
+from build_kernel import readiness, recipe, toolchain
 from build_kernel.cli.options import Options, emit, offline_option, shared_options
 from build_kernel.cli.planview import describe_plan
 from build_kernel.errors import BuildKernelError
@@ -121,6 +121,12 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     for pin in data.get("pins", []):
         if not pin["problem"]:  # a problem is listed below with the others
             table.add_row("pin", pin["line"])
+    for source in data.get("sources", []):
+        if source["ok"]:
+            table.add_row("source", source["line"])
+    if (disk := data.get("disk")) and disk["ok"]:
+        table.add_row("disk", f"{disk['free_gb']:.1f} GB free for the cache {disk['folder']} (a build needs about "
+                              f"{disk['need_gb']:.0f} GB)")
     if note := (data.get("stack") or {}).get("note"):
         table.add_row("build env", note)
     for warning in data.get("warnings", []):
@@ -140,10 +146,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
 @offline_option
 @click.pass_obj
 def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
-    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits;
-    with --installed, what is wrong with the sgl_kernel there and which recipe fixes it (exit 7)."""
-    from build_kernel.stages.builder import system_deps, toolkit
-
+    """What is installed: python, git, cmake, ninja, nvcc (+ archs), gcc, torch, cgroup limits; with --recipe,
+    every problem its build would meet (the checks the pipeline runs first), each with its fix; with
+    --installed, what is wrong with the sgl_kernel there and which recipe fixes it (exit 7)."""
     if installed:
         from build_kernel.cli.installed import doctor_installed
 
@@ -153,42 +158,18 @@ def doctor_cmd(opts: Options, installed: bool, python: str | None) -> None:
         raise click.UsageError("--python goes with --installed")
 
     p = opts.plan() if opts.recipe else None
-    # With a recipe, the stack its build will use (its environment's torch, or its pins), not this interpreter's.
-    found = stack.resolve(p) if p is not None else None
-    facts = found.facts if found is not None else toolchain.detect(sys.executable, opts.env)
+    # With a recipe, the stack its build will use (its environment's torch, or its pins), not this interpreter's;
+    # and every check the pipeline runs first (readiness: one owner), so doctor and a build never disagree.
+    ready = readiness.check(p, offline=opts.offline) if p is not None else None
+    facts = ready.stack.facts if ready is not None else toolchain.detect(sys.executable, opts.env)
     res = probe()
     data: dict[str, Any] = {"tools": facts.to_dict(), "resources": {
         "cpus": res.cpus, "cpus_why": res.cpus_why, "memory_gb": round(res.memory_gb, 2), "memory_why": res.memory_why}}
-    if p is not None and found is not None:
-        data["stack"] = found.to_dict()
-        data["problems"] = toolchain.preflight(facts, p.archs, cmake_spec=p.recipe.toolchain.cmake,
-                                               want_cuda=p.recipe.toolchain.cuda, series=p.series,
-                                               commit=p.recipe.source.commit)
-        if warning := stack.series_warning(p):
-            data["warnings"] = [warning]
-        data["cuda_toolkit"] = toolkit.describe(p, facts)
-        if data["cuda_toolkit"]["source"] == "none":
-            data["problems"].append(data["cuda_toolkit"]["why"])
-        elif data["cuda_toolkit"]["source"] == "wheels":
-            # The wheels replace the system nvcc: its problems are not the build's.
-            data["problems"] = [x for x in data["problems"] if not x.startswith("nvcc")]
-        env = {**p.env, **p.build_env()}  # what the build's CMake would read
-        linkers = host_compiler.resolve(p.recipe.toolchain.host_compiler, {**env, **p.recipe.build.env},
-                                        p.recipe.build.defines, facts.nvcc)
-        data["host_compiler"] = linkers.to_dict()
-        data["problems"] += linkers.problems
-        system = system_deps.check(p.recipe.system, opts.env)
-        data["system"] = [st.to_dict() for st in system]
-        data["problems"] += [st.problem() for st in system if not st.ok]
-        data["mirrors"] = [rw.to_dict() for rw in p.remotes() if rw.rewritten]
-        from build_kernel.stages.builder import pinstatus
-
-        pins = pinstatus.check_all(p, offline=opts.offline)
-        data["pins"] = [s.to_dict() for s in pins]
-        data["problems"] += [s.line for s in pins if s.problem]
+    if ready is not None:
+        data.update(ready.to_dict())
     emit(opts, data, _doctor_table(facts, data, p))
-    if data.get("problems"):
-        sys.exit(3)
+    if ready is not None and ready.problems:
+        sys.exit(ready.problems[0].kind.exit_code)  # as the pipeline would: the first problem's kind
 
 
 COMMANDS = (recipes_group, plan_cmd, doctor_cmd)

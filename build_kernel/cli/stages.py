@@ -44,13 +44,16 @@ def fetch_cmd(opts: Options) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even on a cache hit.")
 @click.pass_obj
 def build_cmd(opts: Options, force: bool) -> None:
-    """Fetch, patch and build the wheel (cached by every input)."""
+    """Fetch, patch and build the wheel (cached by every input), after checking everything a build needs
+    (every problem at once, as `doctor --recipe` lists them)."""
+    from build_kernel import readiness
     from build_kernel.stages.builder import BuildStage
     from build_kernel.stages.fetch import FetchStage
     from build_kernel.stages.patch import PatchStage
 
-    ctx = stages.run(stages.Context(opts.plan(), offline=opts.offline, force=force),
-                     [FetchStage(), PatchStage(), BuildStage()])
+    p = opts.plan()
+    readiness.require(p, offline=opts.offline)
+    ctx = stages.run(stages.Context(p, offline=opts.offline, force=force), [FetchStage(), PatchStage(), BuildStage()])
     result = ctx.build
     assert result is not None
     emit(opts, result.to_dict(), f"{result.wheel}  ({'cache hit' if result.cached else 'built'}, {result.version})")

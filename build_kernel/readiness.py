@@ -1,0 +1,251 @@
+"""Can this host build this recipe? Every problem at once, each with its fix, before any work.
+
+The one owner of what `doctor --recipe` reports and of what the pipeline (`build-kernel --recipe R`)
+and the `build` command check first: the toolchain installable (the wheel pins, pinstatus), the tools
+and compilers (toolchain), the CUDA toolkit (toolkit), the host compiler, the system libraries, the
+sources reachable or already cached, and the disk. Nothing is installed, fetched or written; the
+network is asked only what a build would ask it (a pin's index, `git ls-remote` of each remote not
+in the cache), with a short timeout and all at once, so a firewalled host answers in seconds.
+`--offline` asks the cache and the lock instead. A problem carries the error kind its stage would
+have raised: the run stops with the first one's kind (its exit code, its name in `--json`), its
+message every problem, one line each.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+
+from build_kernel import host_compiler, log, process, stack, toolchain
+from build_kernel.errors import BuildError, BuildKernelError, FetchError, ToolchainError
+from build_kernel.mirrors import is_url
+from build_kernel.plan import Plan
+from build_kernel.recipe import SHA_RE
+
+# What `git ls-remote` may take to say a remote answers: a DNS failure is instant, a firewall that drops
+# packets is not, and that wait must not be a build's first minute.
+PROBE_TIMEOUT_S = 10.0
+# Disk a build needs in the cache folder (estimates on the safe side, not measurements of every recipe):
+# a build environment with torch and its CUDA wheels (torch 2.14.1+cu130 installs 1.2 GB of torch and
+# 3.2 GB of nvidia/, and pip keeps the downloads), and the build folder, its objects and the wheel.
+ENV_GB = 8.0
+BUILD_GB = 4.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: type[BuildKernelError]  # the error its stage would raise: its exit code is the run's
+    line: str  # what is wrong, and the fix
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.__name__, "exit_code": self.kind.exit_code, "line": self.line}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One remote repository the build fetches: already in the cache, reachable, or neither."""
+
+    key: str  # the recipe table: "source", "deps.NAME"
+    url: str
+    fetch_url: str  # after [mirrors] and git's insteadOf
+    state: str  # "cached", "reachable", "unreachable", "not cached"
+    line: str
+    reason: str = ""  # unreachable: git's reason, without the URL
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("cached", "reachable")
+
+
+@dataclass(frozen=True)
+class Disk:
+    folder: str
+    free_gb: float
+    need_gb: float
+    line: str
+
+    @property
+    def ok(self) -> bool:
+        return self.free_gb >= self.need_gb
+
+
+@dataclass
+class Readiness:
+    stack: stack.Stack
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)  # what doctor shows beside the problems
+
+    def require(self) -> None:
+        """Raise the first problem's kind (its exit code, its name in `--json`) carrying every problem, a line each."""
+        if self.problems:
+            raise self.problems[0].kind("\n".join(p.line for p in self.problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stack": self.stack.to_dict(), **self.details, "warnings": self.warnings,
+                "problems": [p.line for p in self.problems], "problem_kinds": [p.to_dict() for p in self.problems]}
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "no answer")
+
+
+def _ls_remote(url: str, plan: Plan) -> str | None:
+    """None when `url` answers git; else git's own reason (or the timeout)."""
+    env = {**plan.env, "GIT_TERMINAL_PROMPT": "0"}  # a remote that wants a password says so, never waits
+    try:
+        proc = process.run(["git", "ls-remote", url, "HEAD"], error=FetchError, what=f"asking {url}", env=env,
+                           timeout=PROBE_TIMEOUT_S, check=False)
+    except FetchError as exc:
+        return exc.message if "did not finish" not in exc.message else f"no answer in {PROBE_TIMEOUT_S:g} s"
+    return None if proc.returncode == 0 else _first_line(proc.stderr or proc.stdout)
+
+
+def _cached(plan: Plan, url: str, commit: str) -> bool:
+    from build_kernel.stages.fetch import mirror
+
+    path = mirror.path_for(plan.cache_dir, url)
+    if not path.is_dir():
+        return False
+    try:
+        with git.Repo(path) as repo:
+            return mirror.has_commit(repo, commit)
+    except (git.GitError, OSError):
+        return False  # a damaged mirror: fetch remakes it
+
+
+def _remotes(plan: Plan) -> list[tuple[str, str, str, str]]:
+    """(recipe key, repo URL, ref, pin kind) of every remote repository; kind "" for a full SHA."""
+    r = plan.recipe
+    found = []
+    if is_url(r.source.repo):
+        floating = r.source.allow_floating and not SHA_RE.match(r.source.commit)
+        found.append(("source", r.source.repo, r.source.commit, "commit" if floating else ""))
+    for dep in r.deps:
+        if not dep.path and is_url(dep.repo):
+            found.append((f"deps.{dep.name}", dep.repo, dep.tag or dep.commit, "tag" if dep.tag else ""))
+    return found
+
+
+def check_source(plan: Plan, key: str, url: str, ref: str, kind: str, *, offline: bool) -> Source:
+    from build_kernel.stages.fetch import pins
+
+    rw = plan.mirrors.rewrite(url)
+    where = f"{rw.fetch_url} (mirror of {url}, set in {rw.rule.origin})" if rw.rule else url
+    config = plan.mirrors.config_words()
+    if offline:
+        if kind:  # a tag or branch: the commit it was recorded as, in the lock or the cache
+            try:
+                commit = pins.for_fetch(plan, key, kind, url, url, ref, offline=True)
+            except FetchError as exc:
+                return Source(key, url, rw.fetch_url, "not cached", exc.render())
+        else:
+            commit = ref
+        if _cached(plan, url, commit):
+            return Source(key, url, rw.fetch_url, "cached", f"[{key}] {url}: {commit[:12]} in the cache")
+        return Source(key, url, rw.fetch_url, "not cached",
+                      f"[{key}] {url} is not in the cache and --offline forbids fetching it (run once without "
+                      f"--offline, or map it to a local mirror in {config})")
+    if not kind and _cached(plan, url, ref):
+        return Source(key, url, rw.fetch_url, "cached", f"[{key}] {url}: {ref[:12]} in the cache")
+    said = _ls_remote(rw.fetch_url, plan)
+    if said is None:
+        return Source(key, url, rw.fetch_url, "reachable", f"[{key}] {where} answers")
+    fix = ("fix or update the mirror, or remove its entry" if rw.rule
+           else f"check the network, or map it to a reachable mirror in {config}")
+    # git names the URL in its reason; without it, remotes that fail alike share one line (_unreachable).
+    reason = said.replace(f"unable to access '{rw.fetch_url.rstrip('/')}/': ", "").removeprefix("fatal: ")
+    reason = re.sub(r" after \d+ ms", "", reason)  # curl's timing differs per remote; the cause does not
+    return Source(key, url, rw.fetch_url, "unreachable", f"[{key}] cannot reach {where}: {said} ({fix})",
+                  reason=reason, fix=fix)
+
+
+def _unreachable(sources: list[Source]) -> list[str]:
+    """One line per way of failing: ten GitHub repositories behind one unresolvable host are one problem."""
+    groups: dict[tuple[str, str], list[Source]] = {}
+    for s in sources:
+        if s.state == "unreachable":
+            groups.setdefault((s.reason, s.fix), []).append(s)
+    lines = []
+    for (reason, fix), alike in groups.items():
+        if len(alike) == 1:
+            lines.append(alike[0].line)
+            continue
+        names = ", ".join(f"[{s.key}] {s.fetch_url}" for s in alike)
+        lines.append(f"cannot reach {len(alike)} repositories: {reason}: {names} ({fix})")
+    return lines
+
+
+def check_disk(folder: Path, need_gb: float) -> Disk:
+    """Free space where the build writes (the nearest existing folder: nothing is created to ask)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free / 1e9
+    line = (f"{free:.1f} GB free in {existing} (cache {folder}); a build needs about {need_gb:.0f} GB there "
+            "(free space, or pass --cache-dir on a larger disk)")
+    return Disk(str(folder), round(free, 2), need_gb, line)
+
+
+def check(plan: Plan, *, offline: bool = False) -> Readiness:
+    """Every check, installing and fetching nothing; the network probes run concurrently with the local ones."""
+    from build_kernel.stages.builder import pinstatus, system_deps, toolkit
+
+    found = stack.resolve(plan)
+    facts = found.facts
+    ready = Readiness(found)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pins_later = pool.submit(pinstatus.check_all, plan, offline=offline)
+        sources_later = [pool.submit(check_source, plan, *remote, offline=offline) for remote in _remotes(plan)]
+        # Local checks meanwhile: tools, the CUDA toolkit, the host compiler, system libraries.
+        tools = toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
+                                    want_cuda=plan.recipe.toolchain.cuda, series=plan.series,
+                                    commit=plan.recipe.source.commit)
+        cuda = toolkit.describe(plan, facts)
+        if cuda["source"] == "none":
+            tools.append(str(cuda["why"]))
+        elif cuda["source"] == "wheels":  # the wheels replace the system nvcc: its problems are not the build's
+            tools = [x for x in tools if not x.startswith("nvcc")]
+        env = {**plan.env, **plan.build_env()}  # what the build's CMake would read
+        linkers = host_compiler.resolve(plan.recipe.toolchain.host_compiler, {**env, **plan.recipe.build.env},
+                                        plan.recipe.build.defines, facts.nvcc)
+        system = system_deps.check(plan.recipe.system, plan.env)
+        need = BUILD_GB + (ENV_GB if not found.built else 0.0)
+        disk = check_disk(plan.cache_dir, need)
+        pin_statuses = pins_later.result()
+        sources = [later.result() for later in sources_later]
+    # The toolchain first (can it be installed at all?), then what a build would meet in its order.
+    toolchain_problems = pinstatus.problems(plan, offline=offline, statuses=pin_statuses)
+    for kind, lines in ((ToolchainError, toolchain_problems),
+                        (ToolchainError, tools + linkers.problems + [st.problem() for st in system if not st.ok]),
+                        (FetchError, [s.line for s in sources if s.state == "not cached"] + _unreachable(sources)),
+                        (BuildError, [] if disk.ok else [disk.line])):
+        ready.problems += [Problem(kind, line) for line in lines]
+    if warning := stack.series_warning(plan):
+        ready.warnings.append(warning)
+    ready.details = {"cuda_toolkit": cuda, "host_compiler": linkers.to_dict(),
+                     "system": [st.to_dict() for st in system],
+                     "mirrors": [rw.to_dict() for rw in plan.remotes() if rw.rewritten],
+                     "pins": [s.to_dict() for s in pin_statuses], "toolchain_problems": toolchain_problems,
+                     "sources": [{**asdict(s), "ok": s.ok} for s in sources],
+                     "disk": {**asdict(disk), "ok": disk.ok}}
+    return ready
+
+
+def require(plan: Plan, *, offline: bool = False) -> None:
+    """The pipeline's first step: every problem at once, or nothing said beyond one step line."""
+    with log.step("check the toolchain, the sources, the system and the disk") as step:
+        ready = check(plan, offline=offline)
+        for warning in ready.warnings:
+            log.warn(warning)
+        if ready.problems:
+            step.fail()
+    ready.require()
