@@ -11,7 +11,7 @@ from pathlib import Path
 from build_kernel import process
 from tests.conftest import run_cli
 from tests.test_errors_publish_verify import VERSION, cli_env
-from tests.test_publish import USER, free_port, make_wheel, write_record
+from tests.test_publish import USER, Index, free_port, listing, make_wheel, pypi, write_record  # noqa: F401 (pypi)
 
 
 def test_a_short_password_leaves_messages_whole_and_is_warned_of_by_name(tmp_path: Path) -> None:
@@ -39,3 +39,18 @@ def test_a_short_password_in_the_url_is_hidden_there_and_where_it_stands_alone(t
     assert f"error: cannot reach http://localhost:{port}/: is the index running?" in proc.stderr
     assert ":pw@" not in proc.stderr + proc.stdout
     assert "warning: the password in the target's URL is shorter than" in proc.stderr
+
+
+def test_a_real_index_refusing_a_short_password_is_said_in_whole_words(pypi: Index, tmp_path: Path) -> None:  # noqa: F811
+    # The real pypiserver (tests/test_publish.py) wants alice's long password: "e" is refused, and the line that
+    # says so, full of e's, arrives whole; the log of the upload too.
+    wheel = make_wheel(tmp_path / "w", "bk-short-real", VERSION)
+    write_record(wheel, passed=True)
+    before = listing(pypi.packages)
+    env = cli_env(tmp_path, TWINE_USERNAME=USER, TWINE_PASSWORD="e")
+    proc = run_cli("publish", str(wheel), "--to", pypi.url, env=env)
+    assert proc.returncode == 8, proc.stderr
+    assert f"error: index {pypi.url} refused the credentials (check TWINE_USERNAME/TWINE_PASSWORD)" in \
+        proc.stderr.splitlines()
+    assert "***" not in proc.stderr + proc.stdout
+    assert listing(pypi.packages) == before
