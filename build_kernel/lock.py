@@ -54,11 +54,10 @@ def _wheel(plan: Plan, pin: wheelpins.WheelPin, upgrade: bool) -> Entry:
     label = f"{pin.name} {pin.pin}"
     if current and not upgrade:
         return _entry(pin.key, label, before, before, None)
-    lock = pins.lock_path(plan)
     try:
         listed = wheelindex.listed(pin.fetch_index, pin.name, plan.env)
     except ToolchainError as exc:
-        held = f"{lock} keeps its file; nothing written" if current else f"{lock} holds no file of it"
+        held = "the lock keeps its file; nothing written" if current else "not locked"
         raise ToolchainError(f"[{pin.key}] {pin.name} {pin.pin}: {exc.message}; {held}",
                              hint=wheelpins.unfound_fix(plan, pin)) from None
     want = (wheelindex.newest_nightly(listed) if pin.pin == wheelpins.NIGHTLY and (upgrade or current is None)
