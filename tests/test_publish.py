@@ -261,6 +261,17 @@ def test_same_bytes_twice_is_a_success_other_bytes_are_refused(pypi: Index, tmp_
     assert skipped.wheels[0].status == "unchanged"
 
 
+def test_the_hash_an_index_page_gives_for_a_file() -> None:
+    """pypiserver's, devpi's and a static folder's link shapes: relative or absolute, `+` quoted or not."""
+    from build_kernel.stages.publish.index_page import hashes_on_page
+
+    page = ('<a href="/packages/bk_x-1.0%2Bcu130-py3-none-any.whl#sha256=AB12">x</a>\n'
+            "<a href='../../bk_x-1.1+cu130-py3-none-any.whl#sha256=cd34'>y</a>\n"
+            '<a href="https://h/bk_x-1.2-py3-none-any.whl#md5=ef">z</a><a href="bk_x-1.3.tar.gz">no hash</a>')
+    assert hashes_on_page(page, "http://127.0.0.1:8080/simple/bk-x/") == {
+        "bk_x-1.0+cu130-py3-none-any.whl": "ab12", "bk_x-1.1+cu130-py3-none-any.whl": "cd34"}
+
+
 def test_skip_existing_still_refuses_other_bytes_under_the_same_version(pypi: Index, tmp_path: Path) -> None:
     version = f"0.3.21{LOCAL}"
     env = clean_env(TWINE_USERNAME=USER, TWINE_PASSWORD=PASSWORD)

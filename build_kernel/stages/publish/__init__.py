@@ -90,12 +90,13 @@ class PublishResult:
 
 def render(result: PublishResult) -> Table:
     t = result.target
-    table = Table("wheel", "status", "verified", "installed back", "imports",
+    table = Table("wheel", "status", "verified", "installed back", "imports", "dependencies from",
                   title=f"{t.label} ({t.kind}: {t.redact(t.url)}; install from {t.redact(t.simple_url)})")
     for w in result.wheels:
         table.add_row(w.wheel, w.status, "yes" if w.verified else styled("NO (--force)", "red"),
                       f"{w.project}=={w.version}" if w.installed_from else "-",
-                      ", ".join(f"{m} {o}" for m, o in w.imports.items()) or "-")
+                      ", ".join(f"{m} {o}" for m, o in w.imports.items()) or "-",
+                      "; ".join(f"{d}: {where}" for d, where in w.dependencies.items()) or "-")
     return table
 
 
