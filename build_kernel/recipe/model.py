@@ -59,7 +59,9 @@ class Toolchain:
     torch: str = _doc("torch version to build against; `nightly`: the newest development release on `torch_index`, "
                       "resolved once and kept in the recipe's lock; or `existing` for the current environment's. A "
                       "version from `torch_index` is locked with its file URL and sha256 (docs/pins.md).", "existing")
-    torch_index: str = _doc("Package index holding that torch (e.g. PyTorch's nightly cu130 index).", "")
+    torch_index: str = _doc("Package index holding that torch (e.g. PyTorch's nightly cu130 index); empty: pip's own "
+                            "index (PyPI, or its mirror in the user config's [mirrors]), whose releases are never "
+                            "pruned, so not locked.", "")
     python: str = _doc("Python version of the build environment (informational when torch = existing).", "")
     cmake: str = _doc("Version specifier CMake must satisfy, e.g. `>=3.26`.", ">=3.26")
     flashinfer_python: str = _doc("flashinfer-python version installed for serving.", "")
