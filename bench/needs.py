@@ -12,11 +12,12 @@ import os
 import sys
 
 
-def need(*modules: str, extra: str, why: str) -> None:
-    """Exit 2 with one line when a module is missing: which, why the study needs it, the extra that brings it."""
+def need(*modules: str, extra: str = "", why: str, where: str = "") -> None:
+    """Exit 2 with one line when a module is missing: which, why the study needs it, and the extra that brings it
+    (or `where` it is found, for what no extra brings: the wheel under test, the GPU host's torch)."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "this study"
-        print(f"{script}: needs {', '.join(missing)} ({why}); install it with: pip install -e '.[{extra}]'",
-              file=sys.stderr)
+        fix = where or f"install it with: pip install -e '.[{extra}]'"
+        print(f"{script}: needs {', '.join(missing)} ({why}); {fix}", file=sys.stderr)
         sys.exit(2)

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+from needs import need
+
+need("torch", "sgl_kernel", why="it calls the wheel's FA3 on a GPU",
+     where="run it with the GPU host's interpreter that has the wheel installed (bench/gpu_host/README.md)")
 import torch
 
 
