@@ -151,9 +151,10 @@ def check_source(plan: Plan, key: str, url: str, ref: str, kind: str, *, offline
             commit = ref
         if _cached(plan, url, commit):
             return Source(key, url, rw.fetch_url, "cached", f"[{key}] {url}: {commit[:12]} in the cache")
+        fix = f"run once without --offline, or map it to a local mirror in {config}"
         return Source(key, url, rw.fetch_url, "not cached",
-                      f"[{key}] {url} is not in the cache and --offline forbids fetching it (run once without "
-                      f"--offline, or map it to a local mirror in {config})")
+                      f"[{key}] {url} is not in the cache and --offline forbids fetching it ({fix})",
+                      reason="not in the cache", fix=fix)
     if not kind and _cached(plan, url, ref):
         return Source(key, url, rw.fetch_url, "cached", f"[{key}] {url}: {ref[:12]} in the cache")
     said = _ls_remote(rw.fetch_url, plan)
@@ -161,26 +162,29 @@ def check_source(plan: Plan, key: str, url: str, ref: str, kind: str, *, offline
         return Source(key, url, rw.fetch_url, "reachable", f"[{key}] {where} answers")
     fix = ("fix or update the mirror, or remove its entry" if rw.rule
            else f"check the network, or map it to a reachable mirror in {config}")
-    # git names the URL in its reason; without it, remotes that fail alike share one line (_unreachable).
+    # git names the URL in its reason; without it, remotes that fail alike share one line (_failing).
     reason = said.replace(f"unable to access '{rw.fetch_url.rstrip('/')}/': ", "").removeprefix("fatal: ")
     reason = re.sub(r" after \d+ ms", "", reason)  # curl's timing differs per remote; the cause does not
     return Source(key, url, rw.fetch_url, "unreachable", f"[{key}] cannot reach {where}: {said} ({fix})",
                   reason=reason, fix=fix)
 
 
-def _unreachable(sources: list[Source]) -> list[str]:
-    """One line per way of failing: ten GitHub repositories behind one unresolvable host are one problem."""
-    groups: dict[tuple[str, str], list[Source]] = {}
+def _failing(sources: list[Source]) -> list[str]:
+    """One line per way of failing: ten GitHub repositories behind one unresolvable host are one problem, and
+    so are nine repositories --offline finds no copy of."""
+    groups: dict[tuple[str, str, str], list[Source]] = {}
     for s in sources:
-        if s.state == "unreachable":
-            groups.setdefault((s.reason, s.fix), []).append(s)
+        if not s.ok:  # a line of its own when its reason is its own (a tag the lock does not hold)
+            groups.setdefault((s.state, s.reason or s.line, s.fix), []).append(s)
     lines = []
-    for (reason, fix), alike in groups.items():
+    for (state, reason, fix), alike in groups.items():
         if len(alike) == 1:
             lines.append(alike[0].line)
             continue
-        names = ", ".join(f"[{s.key}] {s.fetch_url}" for s in alike)
-        lines.append(f"cannot reach {len(alike)} repositories: {reason}: {names} ({fix})")
+        names = ", ".join(f"[{s.key}] {s.fetch_url if state == 'unreachable' else s.url}" for s in alike)
+        lines.append(f"cannot reach {len(alike)} repositories: {reason}: {names} ({fix})" if state == "unreachable"
+                     else f"{len(alike)} repositories are not in the cache and --offline forbids fetching them: "
+                          f"{names} ({fix.replace(' map it ', ' map them ')})")
     return lines
 
 
@@ -202,10 +206,14 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
     found = stack.resolve(plan)
     facts = found.facts
     ready = Readiness(found)
+    env = {**plan.env, **plan.build_env()}  # what the build's CMake would read
+    # Every check that waits (on the network, or on a compiler's probe) runs beside the others.
     with ThreadPoolExecutor(max_workers=8) as pool:
         pins_later = pool.submit(pinstatus.check_all, plan, offline=offline)
         sources_later = [pool.submit(check_source, plan, *remote, offline=offline) for remote in _remotes(plan)]
-        # Local checks meanwhile: tools, the CUDA toolkit, the host compiler, system libraries.
+        linkers_later = pool.submit(host_compiler.resolve, plan.recipe.toolchain.host_compiler,
+                                    {**env, **plan.recipe.build.env}, plan.recipe.build.defines, facts.nvcc)
+        system_later = pool.submit(system_deps.check, plan.recipe.system, plan.env)
         tools = toolchain.preflight(facts, plan.archs, cmake_spec=plan.recipe.toolchain.cmake,
                                     want_cuda=plan.recipe.toolchain.cuda, series=plan.series,
                                     commit=plan.recipe.source.commit)
@@ -214,19 +222,15 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
             tools.append(str(cuda["why"]))
         elif cuda["source"] == "wheels":  # the wheels replace the system nvcc: its problems are not the build's
             tools = [x for x in tools if not x.startswith("nvcc")]
-        env = {**plan.env, **plan.build_env()}  # what the build's CMake would read
-        linkers = host_compiler.resolve(plan.recipe.toolchain.host_compiler, {**env, **plan.recipe.build.env},
-                                        plan.recipe.build.defines, facts.nvcc)
-        system = system_deps.check(plan.recipe.system, plan.env)
-        need = BUILD_GB + (ENV_GB if not found.built else 0.0)
-        disk = check_disk(plan.cache_dir, need)
+        disk = check_disk(plan.cache_dir, BUILD_GB + (ENV_GB if not found.built else 0.0))
+        linkers, system = linkers_later.result(), system_later.result()
         pin_statuses = pins_later.result()
         sources = [later.result() for later in sources_later]
     # The toolchain first (can it be installed at all?), then what a build would meet in its order.
     toolchain_problems = pinstatus.problems(plan, offline=offline, statuses=pin_statuses)
     for kind, lines in ((ToolchainError, toolchain_problems),
                         (ToolchainError, tools + linkers.problems + [st.problem() for st in system if not st.ok]),
-                        (FetchError, [s.line for s in sources if s.state == "not cached"] + _unreachable(sources)),
+                        (FetchError, _failing(sources)),
                         (BuildError, [] if disk.ok else [disk.line])):
         ready.problems += [Problem(kind, line) for line in lines]
     if warning := stack.series_warning(plan):

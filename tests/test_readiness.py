@@ -10,9 +10,11 @@ with the first one's kind before anything is fetched. Real parts: the CLI as a s
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from build_kernel import readiness
+from build_kernel.mirrors import default_config_file
 from tests.conftest import commit_files, run_cli, write_recipe, write_series
 
 CLOSED = "http://127.0.0.1:1"  # nothing listens on port 1: git is refused at once
@@ -115,6 +117,14 @@ def test_a_cached_source_needs_no_network_and_offline_asks_only_the_cache(projec
     [line] = json.loads(proc.stdout)["error"]["lines"]
     assert line.startswith(f"[source] {CLOSED}/never.git is not in the cache and --offline forbids fetching it (run "
                            "once without --offline, or map it to a local mirror in [mirrors] of the user config ")
+    # More than one: one line naming them all.
+    dep = f'\n[deps.more]\nrepo = "{CLOSED}/more.git"\ncommit = "{"d" * 40}"\n'
+    both = run_cli("--json", "build", "--recipe", str(_recipe(project, f"{CLOSED}/never.git", deps=dep)),
+                   "--cache-dir", str(cache), "--offline")
+    [line] = json.loads(both.stdout)["error"]["lines"]
+    assert line == (f"2 repositories are not in the cache and --offline forbids fetching them: [source] "
+                    f"{CLOSED}/never.git, [deps.more] {CLOSED}/more.git (run once without --offline, or map them to a "
+                    f"local mirror in [mirrors] of the user config {default_config_file(os.environ)})")
 
 
 def test_too_little_disk_is_a_problem_naming_the_folder_and_the_fix(tmp_path: Path) -> None:
