@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 53 item 4: one real build of a recipe for one arch list by the tool, with static verify per library, its raw
+# One real build of a recipe for one arch list by the tool, with static verify per library, its raw
 # outputs packed as the other build runs' are (`<label>/{host.txt,build.err,build.json,verify.json,mem.txt,
 # ninja_log.txt,profile.sqlite}`), so bench/arch_builds/builds_report.py writes bench/arch_builds/results/arch-builds.json from them.
 #

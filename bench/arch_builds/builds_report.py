@@ -3,7 +3,7 @@
 Reads each `<label>-raw.tar.gz` that bench/arch_builds/build_one.sh packed (host.txt, plan.json, build.err, mem.txt,
 ninja_log.txt, profile.sqlite, verify.json, and split-proof.json where kept; or a `<label>-prune-proof.json` kept beside
 the pack) and writes one JSON file: per build the host, the archs asked and
-what the plan gave each (libraries, FP4, the parts each carries), the build figures (h200_arch_pruning's
+what the plan gave each (libraries, FP4, the parts each carries), the build figures (raw_pack.py's
 run_figures: tool step, ninja wall, compiler CPU s, jobs, peak, OOM kills, lower bound) and verify per library
 (archs found, missing, FP4 opcode counts per arch). `peak_gb` is the host's memory in use over its first sample,
 which other work on a shared box moves; `largest_tu_peak` is the recorder's own peak of the largest compile.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40 item 4 on the H200, offline: the tool's flash-attn 2.8.3 build for 9.0, in one of two parts, each one
+# flash-attn 2.8.3's build on the GPU host (issue 40 item 4), offline: the tool's flash-attn 2.8.3 build for 9.0, in one of two parts, each one
 # device call's worth (the whole build is ~1,100 s on the host's 16 cores; in a 32 GiB cgroup, at 5 jobs, ~3,500 s,
 # longer than a machine is held, so that part is always cut and says so):
 #

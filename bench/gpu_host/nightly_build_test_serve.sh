@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issues 53 and 55 on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
+# The shipped 9.0a build and its tests, nightly-0.4's builds, tests and serve, the JIT prewarm (issues 53, 55), on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
 #  - issue 53 item 4: the shipped nightly-cu130 built for 9.0a with host lines only (.device/h9s.toml), then
 #    `build-kernel test` against that wheel;
 #  - issue 55: nightly-0.4 as shipped (0.4.3, series v9) built by the tool on the host for 9.0a (bench/arch_builds/build_one.sh:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 54 item 5 and issue 53 item 4 on the GPU host (one H100/H200, sm_90a, torch 2.11+cu130, no network) in one
+# The throughput pair and upstream's tests (issue 54 item 5, issue 53 item 4) on the GPU host (one H100/H200, sm_90a, torch 2.11+cu130, no network) in one
 # hold, run detached:
 #
 #   setsid bash bench/gpu_host/pair_and_tests.sh > /tmp/pt.log 2>&1 < /dev/null &   # the whole run

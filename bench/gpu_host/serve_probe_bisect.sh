@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 54 on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
+# The tiny MoE's checkpoints and serve, the cuBLAS capture probe and a bisect start (issue 54), on the GPU host (one H200/H100, sm_90a, torch 2.11+cu130, no network) in one hold, run detached:
 #
 #   setsid bash bench/gpu_host/serve_probe_bisect.sh > /tmp/i54.log 2>&1 < /dev/null &   # the whole run
 #   COLLECT=1 bash bench/gpu_host/serve_probe_bisect.sh                                   # pack what there is into $OUT

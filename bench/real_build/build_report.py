@@ -3,7 +3,7 @@
 Reads one `<label>-raw.tar.gz` of the run (`.ninja_log`, the profile recorder's SQLite rows,
 a 0.5 s memory sample, the tool's stderr and `host.txt`, the same members as the H200 runs)
 and writes one JSON file. The per-run figures (wall, compiler CPU s, peak GB, OOM kills,
-lower bound) are h200_arch_pruning's `run_figures`; added here:
+lower bound) are raw_pack.py's `run_figures`; added here:
 
 - concurrency over time: compiles running at each moment, from `.ninja_log`, as the seconds
   spent at each level and the list of intervals;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41 on the H200, one call, offline: the tiny MoE (bench/serving/tiny_moe.py) in bf16 and block FP8, each served
+# The tiny MoE served on the GPU host (issue 41; H200 or H100), one call, offline: the tiny MoE (bench/serving/tiny_moe.py) in bf16 and block FP8, each served
 # through `build-kernel serve --bench` as a user runs it, on the wheel the tool built, with SGLang's default
 # backends; per variant, one server start serves the smoke request, the 64-prompt logprob-close check against
 # transformers on the bf16 weights (`--check`: bench/serving/token_agreement.py), 8 sampled requests (so the sampling

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 56 items 2-4 on the GPU host (one H100/H200, torch 2.11+cu130, no network), run detached:
+# The split-TU pair (v8 then v11, cold) built on the GPU host (issue 56 items 2-4) (one H100/H200, torch 2.11+cu130, no network), run detached:
 #   1. v8 then v11 (0011: the heaviest TUs split, SGL_KERNEL_SPLIT_TUS=ON) for 12.0a, both cold, by the tool
 #      (bench/split_tus/build_pair.sh: build_one.sh with FORCE=1 and OFFLINE=1, static verify each), offline from the
 #      carried partial mirrors, with only the host's lines over nightly-cu130;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 53 item 4 on the GPU host when the pair run's hold ended before it (2026-12-05: its test step stopped at
+# Upstream's tests against a carried wheel on the GPU host (issue 53 item 4), made for when the pair run's hold ended before it (2026-12-05: its test step stopped at
 # "2038 files of python/ not in the cached mirror": the carried wheelhouse's sglang build of the commit was not
 # used then). One call, in the foreground: upstream's tests at the pinned commit against a carried wheel of the
 # shipped recipe for 9.0a with host lines (.device/h9s.toml: the same plan as the pair run's own build).
