@@ -22,7 +22,7 @@ from typing import Any
 
 import git
 
-from build_kernel import host_compiler, log, process, stack, toolchain
+from build_kernel import examples, host_compiler, log, process, stack, toolchain
 from build_kernel.errors import BuildError, BuildKernelError, FetchError, ToolchainError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
@@ -106,7 +106,8 @@ def _ls_remote(url: str, plan: Plan) -> str | None:
                            timeout=PROBE_TIMEOUT_S, check=False)
     except FetchError as exc:
         return exc.message if "did not finish" not in exc.message else f"no answer in {PROBE_TIMEOUT_S:g} s"
-    return None if proc.returncode == 0 else _first_line(proc.stderr or proc.stdout)
+    # A mirror's URL in the user config may carry its password: never shown.
+    return None if proc.returncode == 0 else process.redact(_first_line(proc.stderr or proc.stdout))
 
 
 def _cached(plan: Plan, url: str, commit: str) -> bool:
@@ -135,11 +136,26 @@ def _remotes(plan: Plan) -> list[tuple[str, str, str, str]]:
     return found
 
 
+def _missing_folders(plan: Plan) -> list[str]:
+    """Local sources (a repository path, a dependency's folder) that are not there, as fetch would say it."""
+    r = plan.recipe
+    wanted = [("source", "repo", r.source.repo)] if not (is_url(r.source.repo) or examples.is_example(r.source.repo)) else []
+    wanted += [(f"deps.{d.name}", "path", d.path) for d in r.deps if d.path]
+    wanted += [(f"deps.{d.name}", "repo", d.repo) for d in r.deps
+               if not d.path and d.repo and not (is_url(d.repo) or examples.is_example(d.repo))]
+    lines = []
+    for key, field_name, value in wanted:
+        path = Path(value) if Path(value).is_absolute() else r.root / value
+        if not path.exists():
+            lines.append(f"[{key}] {field_name} {path} does not exist (fix the path in the recipe)")
+    return lines
+
+
 def check_source(plan: Plan, key: str, url: str, ref: str, kind: str, *, offline: bool) -> Source:
     from build_kernel.stages.fetch import pins
 
     rw = plan.mirrors.rewrite(url)
-    where = f"{rw.fetch_url} (mirror of {url}, set in {rw.rule.origin})" if rw.rule else url
+    where = process.redact(f"{rw.fetch_url} (mirror of {url}, set in {rw.rule.origin})" if rw.rule else url)
     config = plan.mirrors.config_words()
     if offline:
         if kind:  # a tag or branch: the commit it was recorded as, in the lock or the cache
@@ -185,7 +201,7 @@ def _failing(sources: list[Source]) -> list[str]:
         lines.append(f"cannot reach {len(alike)} repositories: {reason}: {names} ({fix})" if state == "unreachable"
                      else f"{len(alike)} repositories are not in the cache and --offline forbids fetching them: "
                           f"{names} ({fix.replace(' map it ', ' map them ')})")
-    return lines
+    return [process.redact(line) for line in lines]  # a mirror URL may carry a password
 
 
 def check_disk(folder: Path, need_gb: float) -> Disk:
@@ -230,7 +246,7 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
     toolchain_problems = pinstatus.problems(plan, offline=offline, statuses=pin_statuses)
     for kind, lines in ((ToolchainError, toolchain_problems),
                         (ToolchainError, tools + linkers.problems + [st.problem() for st in system if not st.ok]),
-                        (FetchError, _failing(sources)),
+                        (FetchError, _missing_folders(plan) + _failing(sources)),
                         (BuildError, [] if disk.ok else [disk.line])):
         ready.problems += [Problem(kind, line) for line in lines]
     if warning := stack.series_warning(plan):

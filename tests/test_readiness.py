@@ -127,6 +127,17 @@ def test_a_cached_source_needs_no_network_and_offline_asks_only_the_cache(projec
                     f"local mirror in [mirrors] of the user config {default_config_file(os.environ)})")
 
 
+def test_local_sources_that_are_not_there_are_said_with_the_rest(project: Path, tmp_path: Path) -> None:
+    dep = '\n[deps.local]\npath = "no-such-dep"\n'
+    recipe = _recipe(project, "no-such-repo", deps=dep, system=NOPE)
+    proc = run_cli("--json", "build", "--recipe", str(recipe), "--cache-dir", str(tmp_path / "cache"))
+    lines = json.loads(proc.stdout)["error"]["lines"]
+    assert proc.returncode == 3 and lines[0].startswith("system prerequisite libnope missing")
+    assert lines[1:] == [f"[source] repo {project / 'no-such-repo'} does not exist (fix the path in the recipe)",
+                         f"[deps.local] path {project / 'no-such-dep'} does not exist (fix the path in the "
+                         "recipe)"]
+
+
 def test_too_little_disk_is_a_problem_naming_the_folder_and_the_fix(tmp_path: Path) -> None:
     disk = readiness.check_disk(tmp_path / "not-made-yet" / "cache", need_gb=1e9)  # more than any disk holds
     assert not disk.ok and not (tmp_path / "not-made-yet").exists()  # asked where it exists, nothing made
