@@ -114,6 +114,7 @@ FIGURES = {
     "bench/real_build/timeline.svg": "bench/real_build/timeline_figure.py",
     "bench/split_tus/per-tu.svg": "bench/split_tus/per_tu_figure.py",
     "bench/scheduler/peaks.svg": "bench/scheduler/peaks_figure.py",
+    "bench/arch_builds/builds.svg": "bench/arch_builds/builds_figure.py",
 }
 
 # Measured live (no raw pack): the command that measures it again, on the machine the study names.
