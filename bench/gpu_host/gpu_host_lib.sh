@@ -9,7 +9,7 @@ host_record() {  # $1: the file: the host, its GPU, the compilers the environmen
   } > "$1" 2>&1
 }
 
-run_from_copy() {  # $1: the copy's folder, $2: the script, relative to the repository (bench/NAME.sh). A detached
+run_from_copy() {  # $1: the copy's folder, $2: the script, relative to the repository (bench/<study>/NAME.sh). A detached
   # run re-executes itself once from a copy: each later device call syncs the working tree again, and the run must
   # not change under itself. The copy holds HEAD.txt (the commit it was made from).
   [ -n "${BK_RUN_COPY:-}" ] && return 0
