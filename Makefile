@@ -19,7 +19,7 @@ space := $(empty) $(empty)
 ARCH_LIST := $(subst $(space),$(comma),$(strip $(subst ;, ,$(subst $(comma), ,$(ARCH)))))
 ARCH_FLAG := $(if $(ARCH_LIST),--arch '$(ARCH_LIST)',)
 
-.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build mutate clean distclean
+.PHONY: help venv lint test test-fast demo wheel verify publish plan doctor bench bench-scheduler bench-build bench-regenerate mutate clean distclean
 
 help:
 	@echo "make demo      whole pipeline, offline, on the bundled miniature kernel project"
@@ -27,6 +27,7 @@ help:
 	@echo "make wheel RECIPE=nightly-cu130 ARCH=12.0a   build (and verify) a wheel into wheels/"
 	@echo "make publish RECIPE=... TARGET=name|url      upload the recipe's wheel to an index"
 	@echo "make bench     side-by-side benchmarks (bench/): build policies under a memory cap, then the miniature builds"
+	@echo "make bench-regenerate  every bench/ results file and picture remade from its raw output, compared byte for byte"
 	@echo "make mutate    mutation testing (mutmut) of the safety logic vs the fast tests -> bench/code_health/results/mutation.json"
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -72,6 +73,11 @@ bench-scheduler: venv
 
 bench-build: venv
 	$(BIN)/python bench/miniature/side_by_side.py
+
+# bench/'s studies (bench/README.md): each results file and picture remade from its raw output by its script and
+# compared byte for byte; the pictures need the `bench` extra (pip install -e '.[bench]').
+bench-regenerate: venv
+	$(BIN)/python bench/regenerate.py
 
 # Not part of `make test`: about an hour on 2 cores. MUTATE_ARGS=--extended: more functions;
 # MUTATE_ARGS=--survivors: re-test only the mutants not killed last time (kept in mutants/).
