@@ -105,7 +105,7 @@ def _ls_remote(url: str, plan: Plan) -> str | None:
         proc = process.run(["git", "ls-remote", url, "HEAD"], error=FetchError, what=f"asking {url}", env=env,
                            timeout=PROBE_TIMEOUT_S, check=False)
     except FetchError as exc:
-        return exc.message if "did not finish" not in exc.message else f"no answer in {PROBE_TIMEOUT_S:g} s"
+        return process.redact(exc.message) if "did not finish" not in exc.message else f"no answer in {PROBE_TIMEOUT_S:g} s"
     # A mirror's URL in the user config may carry its password: never shown.
     return None if proc.returncode == 0 else process.redact(_first_line(proc.stderr or proc.stdout))
 
