@@ -25,7 +25,7 @@ from build_kernel.errors import PublishError
 from build_kernel.stages import publish as pub
 from build_kernel.stages.builder import provenance
 from tests import test_publish
-from tests.conftest import run_cli
+from tests.conftest import DemoBuild, run_cli
 from tests.test_publish import LOCAL, PASSWORD, USER, Index, clean_env, listing, make_wheel, target_for
 
 pypi = test_publish.pypi  # the real pypiserver (htpasswd auth) of test_publish, one per module
@@ -171,3 +171,45 @@ def test_a_torch_neither_the_index_nor_the_build_environment_has(tmp_path: Path)
     assert info.value.message == (f"bk-oldtorch {VERSION} requires torch==2.9.1: neither {folder.as_uri()}/simple/ "
                                   f"nor the build environment (torch {REAL_TORCH}) holds it")
     assert wheel.name not in listing(folder)
+
+
+# ---------------------------------------------------------------------------- a wheel cached before
+
+
+def _strip_torch(wheel: Path, work: Path) -> None:
+    """The wheel as a build before issue 66 made it: no Requires-Dist torch (repacked by `wheel`, as built)."""
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True,
+                   capture_output=True)
+    [root] = list(work.iterdir())
+    metadata = next(root.glob("*.dist-info")) / "METADATA"
+    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True)
+                                if not line.startswith("Requires-Dist: torch")))
+    wheel.unlink()
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(wheel.parent), str(root)], check=True,
+                   capture_output=True)
+
+
+def _requires(wheel: Path) -> list[str]:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        text = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    return [line for line in text.partition("\n\n")[0].splitlines() if line.startswith("Requires-Dist: torch")]
+
+
+@pytest.mark.slow
+def test_a_wheel_cached_before_gets_its_torch_declared_on_a_hit(demo_build: DemoBuild, tmp_path: Path) -> None:
+    """A cache hit on a wheel built before wheels declared their torch (this machine's cache holds such
+    real builds, hours each) is repacked with the declaration, not rebuilt."""
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_build.cache, cache, symlinks=True)
+    [cached] = [p for p in (cache / "wheels").glob("*/*.whl") if p.name == demo_build.wheel.name]
+    _strip_torch(cached, tmp_path / "unpacked")
+    assert _requires(cached) == []
+    env = {"BUILD_KERNEL_CACHE_DIR": str(cache), "BUILD_KERNEL_OUTPUT_DIR": str(tmp_path / "out")}
+    first = run_cli("build", "--recipe", "demo", "--arch", "12.0a", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "cache hit" in first.stderr and "Requires-Dist added" in first.stderr
+    assert _requires(tmp_path / "out" / cached.name) == _requires(cached) == [f"Requires-Dist: torch=={REAL_TORCH}"]
+    second = run_cli("build", "--recipe", "demo", "--arch", "12.0a", env=env)
+    assert second.returncode == 0 and "Requires-Dist added" not in second.stderr, second.stderr
