@@ -99,6 +99,11 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     log_path = plan.cache_dir / "logs" / f"{plan.recipe.name}-{key}.log"
     if not force and (hit := cache.lookup(plan, key, log_path)) is not None:
         log.info(f"cache hit {key}: {hit.wheel.name}")
+        # A wheel cached before wheels declared their torch gets the declaration (repacked, not rebuilt).
+        cached = cache.entry(plan, key) / hit.wheel.name
+        if (declared := provenance.redeclared(cached, python, cache.work_dir(plan, key) / "declare", log_path)):
+            hit.wheel = cache.deliver(plan, cache.store(plan, key, declared, hit.provenance))
+            log.info(f"{hit.wheel.name}: cached before wheels declared their torch; Requires-Dist added")
         return hit
     work = cache.work_dir(plan, key)
     if line := key_history.changed_since(work.parent, work, plan.recipe.name, plan.arch_list, key_inputs):
