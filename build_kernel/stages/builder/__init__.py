@@ -225,11 +225,12 @@ class BuildStage:
             from build_kernel.errors import BuildError
 
             raise BuildError("no source tree to build", hint="run the fetch stage first")
-        if ctx.plan.recipe.toolchain.cuda_source == "wheels" and ctx.plan.recipe.toolchain.cuda:
+        toolchain = ctx.plan.recipe.toolchain
+        if toolchain.cuda_source != "system" and toolchain.cuda:
             # Before the build environment: it installs torch (GBs), the toolkit would then stop the build.
             from build_kernel.stages.builder import cudawheels
 
-            cudawheels.require_wheels_for(ctx.plan.recipe.toolchain.cuda)
+            cudawheels.require_wheels_for(toolchain.cuda, toolchain.cuda_source, ctx.plan.env)
         python = ctx.build_python()
         log.info(ctx.plan.jobs.derivation)
         for warning in ctx.plan.jobs.warnings:
