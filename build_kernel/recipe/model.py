@@ -203,7 +203,13 @@ class Verify:
 class Serve:
     model: str = _doc("Model path or hub id to serve.", "")
     args: tuple[str, ...] = _doc("Flags for `python -m sglang.launch_server`.", factory=tuple)
-    host: str = _doc("Address to bind.", "127.0.0.1")
+    host: str = _doc("Address to bind; any but loopback (127.0.0.1, ::1, localhost) needs `api_key_file`.",
+                     "127.0.0.1")
+    api_key_file: str = _doc("Absolute path of the server's API key (sglang `--api-key`), a file its owner alone may "
+                             "read; `serve --install` makes it when missing. The unit hands it over as a systemd "
+                             "credential (`LoadCredential=`), `serve --launch` through a wrapper: never a command-line "
+                             "word, an `Environment=` or a log line; the smoke request, `--check` and `--bench` send "
+                             "it. E.g. `/etc/credstore/build-kernel-NAME.api-key`; empty: no key (loopback only).", "")
     port: int = _doc("Port to bind.", 30000)
     sglang: str = _doc("Where sglang comes from: `release` ([toolchain] sglang from the package index or "
                        "`--wheelhouse`) or `source` (built from `python/` of [source] repo at [source] commit, "
@@ -231,6 +237,10 @@ class Serve:
                               "`tvm-ffi-cache/` beside the serve environment.", "")
     user: str = _doc("`User=` of the systemd unit (`serve --unit`); the JIT cache (`jit_cache_dir`) must be writable "
                      "by it, or the unit is refused with the fix; empty: no `User=` (the unit runs as root).", "")
+    unit_relax: dict[str, str] = _doc("Sandbox directives of the systemd unit (`serve --unit`) left out, each with "
+                                      "why: `[serve.unit_relax]` `DIRECTIVE = \"why\"` (e.g. `SystemCallFilter`, "
+                                      "`ProtectHome`); the why is written in the unit in its place. Directives: those "
+                                      "the unit writes (docs/serving.md).", factory=dict)
     jit_sass: tuple[str, ...] = _doc("SASS regexes counted in each prewarmed module; each module must show one "
                                      "(e.g. `['OMMA\\.SF\\.\\S*E2M1', 'E2M1']`); empty: archs only.",
                                      factory=tuple)

@@ -210,7 +210,8 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
 SGLANG_ORIGINS = ("release", "source")
 _JIT_ENTRY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
 # Flags the [serve] table owns: given in `args` too, the two would disagree.
-_SERVE_OWNED = {"--model-path": "model", "--model": "model", "--host": "host", "--port": "port"}
+_SERVE_OWNED = {"--model-path": "model", "--model": "model", "--host": "host", "--port": "port",
+                "--api-key": "api_key_file"}
 
 
 def _check_serve(r: Recipe, where: Any, problems: _Problems) -> None:
@@ -247,6 +248,32 @@ def _check_serve(r: Recipe, where: Any, problems: _Problems) -> None:
         if flag in _SERVE_OWNED:
             problems.add(where("serve", "args"), "serve.args",
                          f"{flag} is set by [serve] {_SERVE_OWNED[flag]} = ...; remove it from args")
+    _check_serve_access(r, where, problems)
+
+
+def _check_serve_access(r: Recipe, where: Any, problems: _Problems) -> None:
+    """Any address but loopback needs an API key; the unit's relaxations name real directives, each with why."""
+    from build_kernel.stages.serve import api_key, hardening
+
+    s = r.serve
+    if s.api_key_file and not s.api_key_file.startswith("/"):
+        problems.add(where("serve", "api_key_file"), "serve.api_key_file",
+                     f"must be an absolute path (systemd's LoadCredential= needs one), not {s.api_key_file!r} "
+                     f"(e.g. api_key_file = \"/etc/credstore/build-kernel-{r.name}.api-key\")")
+    if s.model and not s.api_key_file and not api_key.loopback(s.host):
+        problems.add(where("serve", "host"), "serve.host",
+                     f"{s.host} lets other machines in, and no API key guards it: set [serve] api_key_file = "
+                     f"\"/etc/credstore/build-kernel-{r.name}.api-key\" (serve --install makes the key), or "
+                     "host = \"127.0.0.1\"")
+    for directive, why in s.unit_relax.items():
+        if directive not in hardening.relaxable():
+            close = difflib.get_close_matches(directive, hardening.relaxable(), n=1)
+            problems.add(where("serve", "unit_relax"), f"serve.unit_relax.{directive}",
+                         f"the unit sets no directive {directive!r} "
+                         f"({f'did you mean {close[0]!r}?' if close else 'see docs/serving.md for those it sets'})")
+        elif not why.strip():
+            problems.add(where("serve", "unit_relax"), f"serve.unit_relax.{directive}",
+                         f"say why {directive} is relaxed (e.g. {directive} = \"the model is on a FUSE mount\")")
 
 
 def _check_compile_cache(b: Build, where: Any, problems: _Problems) -> None:

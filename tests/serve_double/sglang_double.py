@@ -6,8 +6,11 @@ events with `stream: true`, cumulative text and `meta_info.completion_tokens`, t
 `data: [DONE]`), and 200 `{}` for anything else bench_serving asks. Like sglang it runs
 child processes (a "scheduler"), so a stop must reach the whole process group.
 
+With `--api-key KEY` it refuses, as sglang's auth middleware does (sglang/srt/utils/auth.py), every
+request but `/health*` and `/metrics` without `Authorization: Bearer KEY`: 401 `{"error": "Unauthorized"}`.
+
 Like sglang it logs its resolved arguments (`server_args=ServerArgs(...)`, the audited fields
-only) and `Capture cuda graph begin/end` unless --disable-cuda-graph; DOUBLE_RESOLVE
+and, as sglang's dataclass repr does, `api_key`) and `Capture cuda graph begin/end` unless --disable-cuda-graph; DOUBLE_RESOLVE
 (`dest=value,...`) makes it resolve a field otherwise than asked (a silent fallback).
 
 Serving a mixture-of-experts checkpoint (a config.json with `num_local_experts`), its scheduler is a
@@ -44,6 +47,7 @@ PREFILL_OPS = ("rmsnorm", "fused_add_rmsnorm", "apply_rope_pos_ids_cos_sin_cache
 DECODE_OPS = ("rmsnorm", "fused_add_rmsnorm", "apply_rope_pos_ids_cos_sin_cache", "topk_softmax",
               "moe_align_block_size", "fp8_blockwise_scaled_mm")
 STEPS: multiprocessing.Queue[str | None] | None = None  # to the MoE scheduler: one prefill per message
+AUTH: dict[str, str] = {}  # "key": --api-key; every request but /health* and /metrics then needs `Authorization: Bearer KEY`
 
 
 def scheduler(steps: multiprocessing.Queue[str | None], ready: Any) -> None:
@@ -81,7 +85,19 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _refused(self) -> bool:
+        """sglang's decide_request_auth for a NORMAL endpoint: health and metrics open, the rest needs the key."""
+        if "key" not in AUTH or self.path.startswith(("/health", "/metrics")):
+            return False
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and token == AUTH["key"]:
+            return False
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:
+        if self._refused():
+            return
         if self.path == "/health_generate" and time.monotonic() - START < READY_AFTER:
             self._json(503, {"error": "loading"})
         else:
@@ -90,6 +106,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {})
 
     def do_POST(self) -> None:
+        if self._refused():
+            return
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if self.path != "/generate":
             self._json(200, {})
@@ -121,9 +139,11 @@ def main() -> None:
     parser.add_argument("--fp4-gemm-backend", dest="fp4_gemm_runner_backend", default="auto")
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--api-key", default=None)
     args, _ = parser.parse_known_args()
     resolved: dict[str, object] = {k: getattr(args, k) for k in (
-        "attention_backend", "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "disable_cuda_graph")}
+        "attention_backend", "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "disable_cuda_graph",
+        "api_key")}
     resolved["attention_backend"] = resolved["attention_backend"] or "flashinfer"
     for item in filter(None, os.environ.get("DOUBLE_RESOLVE", "").split(",")):
         key, _, value = item.partition("=")
@@ -138,6 +158,8 @@ def main() -> None:
         with open(os.environ["DOUBLE_ARGV"], "w") as fh:
             json.dump(sys.argv[1:], fh)
     global STEPS
+    if args.api_key is not None:
+        AUTH["key"] = args.api_key
     config_file = Path(args.model_path) / "config.json"
     moe = config_file.is_file() and "num_local_experts" in json.loads(config_file.read_text())
     if moe:

@@ -77,6 +77,12 @@ class ServeStage:
                                      folder=self.wheelhouse)
             if ctx.plan.recipe.serve.jit_prewarm and not self.flags_only:
                 self.result["jit"] = prewarm_and_verify(ctx.plan, served, environment.server_env(ctx.plan))
+            if ctx.plan.recipe.serve.api_key_file:
+                from build_kernel.stages.serve import api_key
+
+                key_file = Path(ctx.plan.recipe.serve.api_key_file)
+                made = api_key.ensure(key_file)
+                log.info(f"API key: {'made' if made else 'kept'} {key_file} (mode 0600, its owner's alone)")
         cmd = command.prepare(ctx.plan, python, wheel, model=self.model, force=self.force)
         self.result = {**self.result, "mode": self.mode, "wheel": str(wheel), **cmd.to_dict()}
         self.result.pop("env")
@@ -91,14 +97,19 @@ class ServeStage:
     def _unit(self, ctx: Context, cmd: Any) -> None:
         from build_kernel.stages.serve import jit_prewarm, unit
 
+        serve = ctx.plan.recipe.serve
         name = unit.unit_name(ctx.plan.recipe.name)
-        env = {**ctx.plan.recipe.serve.env, **jit_prewarm.jit_env(ctx.plan, cmd.python, cmd.env)}
-        user = ctx.plan.recipe.serve.user
-        unit.check_user(env, user, ctx.plan.recipe.name)  # before anything is written
-        text = unit.render(cmd.argv, env, name=name, timeout_s=ctx.plan.recipe.serve.health_timeout_s, user=user,
-                           description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
+        env = {**serve.env, **jit_prewarm.jit_env(ctx.plan, cmd.python, cmd.env)}
+        unit.check_user(env, serve.user, ctx.plan.recipe.name, relaxed="DynamicUser" in serve.unit_relax)
+        read, write = unit.folders(cmd, ctx.build_python(), env)
+        text = unit.render_for(serve, cmd.argv, env, name=name, read=read, write=write,
+                               description=f"sglang {cmd.sglang} serving {cmd.model} on {Path(self.result['wheel']).name}")
         self.result["unit"] = {"name": f"{name}.service", "text": text,
-                               "verified": unit.verify(text, name, ctx.plan.env) or "systemd-analyze verify passed"}
+                               "verified": unit.verify(text, name, ctx.plan.env) or "systemd-analyze verify passed",
+                               "exposure": unit.exposure(text, name, ctx.plan.env)}
+        if serve.api_key_file and not Path(serve.api_key_file).exists():
+            log.warn(f"the API key file {serve.api_key_file} does not exist yet: `build-kernel serve --install` makes "
+                     "it (the unit does not start without it)")
         if self.unit_path is not None:
             unit.write(text, self.unit_path)
             self.result["unit"]["path"] = str(self.unit_path)
@@ -121,7 +132,7 @@ class ServeStage:
         return found.to_dict()
 
     def _launch(self, ctx: Context, cmd: Any, wheel: Path) -> None:
-        from build_kernel.stages.serve import bench, checks, launch, ops, preflight
+        from build_kernel.stages.serve import api_key, bench, checks, launch, ops, preflight
 
         serve = ctx.plan.recipe.serve
         log_path = ctx.plan.cache_dir / "logs" / f"serve-{ctx.plan.recipe.name}.log"
@@ -131,15 +142,16 @@ class ServeStage:
         env = ops.enable(cmd.env, ops_dir) if self.op_report else cmd.env
         counted: list[ops.Counts] = []
         before_smoke = (lambda: counted.append(ops.snapshot(ops_dir))) if self.op_report else None
+        key = api_key.read(Path(serve.api_key_file)) if serve.api_key_file else None  # before anything starts
         with launch.running(cmd.argv, env, host=serve.host, port=serve.port, timeout=serve.health_timeout_s,
-                            log_path=log_path, before_smoke=before_smoke) as (server, launched):
+                            log_path=log_path, before_smoke=before_smoke, api_key=key) as (server, launched):
             self.result["server"] = launched.to_dict()
             self.result["resolved"] = self._audit(log_path, start, cmd.asked)
             if self.checks:  # against this very server, before the bench loads it
-                self.result["checks"] = checks.run(self.checks, launched.url, cmd.env, log_path)
+                self.result["checks"] = checks.run(self.checks, launched.url, cmd.env, log_path, api_key=key)
             if self.mode == "bench":
                 rows = bench.run(cmd.python, cmd.env, host=serve.host, port=serve.port, model=cmd.model, serve=serve,
-                                 out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path)
+                                 out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path, api_key=key)
                 self.result["bench"] = rows
             if counted:  # after smoke (and bench), while the server still runs
                 self.result["ops"] = ops.report(counted[0], ops.snapshot(ops_dir))

@@ -15,6 +15,7 @@ from typing import Any
 from build_kernel import atomic, log, process
 from build_kernel.errors import ServeError
 from build_kernel.recipe import Serve
+from build_kernel.stages.serve import api_key as api_key_mod
 from build_kernel.stages.serve import launch
 
 KEEP = ("output_throughput", "request_throughput", "input_throughput", "mean_ttft_ms", "median_ttft_ms",
@@ -22,8 +23,12 @@ KEEP = ("output_throughput", "request_throughput", "input_throughput", "mean_ttf
 
 
 def run(python: str, env: Mapping[str, str], *, host: str, port: int, model: str, serve: Serve, out_dir: Path,
-        log_path: Path) -> list[dict[str, Any]]:
+        log_path: Path, api_key: str | None = None) -> list[dict[str, Any]]:
+    """`api_key`: bench_serving sends it (it reads OPENAI_API_KEY: its environment, not its command line; hidden
+    from the log)."""
     rows: list[dict[str, Any]] = []
+    if api_key:
+        env = {**env, api_key_mod.CLIENT_VAR: api_key}
     out_dir.mkdir(parents=True, exist_ok=True)
     for concurrency in serve.bench_concurrency:
         raw = out_dir / f"bench-c{concurrency}.jsonl"
@@ -36,7 +41,7 @@ def run(python: str, env: Mapping[str, str], *, host: str, port: int, model: str
                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--output-file", raw]
         with log.step(f"bench_serving at concurrency {concurrency} ({prompts} prompts)"):
             process.run(cmd, error=ServeError, what=f"sglang.bench_serving at concurrency {concurrency}", env=env,
-                        log=log_path, timeout=3600, fix=f"see {log_path}")
+                        log=log_path, timeout=3600, fix=f"see {log_path}", secrets=(api_key,) if api_key else ())
         lines = [ln for ln in raw.read_text().splitlines() if ln.strip()] if raw.is_file() else []
         if not lines:
             raise ServeError(f"sglang.bench_serving wrote no results to {raw}", hint=f"see {log_path}")

@@ -26,15 +26,22 @@ def argv(command: str, url: str) -> list[str]:
 
 
 def run(commands: Sequence[str], url: str, env: Mapping[str, str], log_path: Path,
-        timeout: float = 3600) -> list[dict[str, Any]]:
+        timeout: float = 3600, api_key: str | None = None) -> list[dict[str, Any]]:
+    """`api_key`: the server's key, in each check's environment as OPENAI_API_KEY (as bench_serving and OpenAI
+    clients read it), hidden in its output and the log."""
+    from build_kernel.stages.serve.api_key import CLIENT_VAR
+
+    secrets = (api_key,) if api_key else ()
+    if api_key:
+        env = {**env, CLIENT_VAR: api_key}
     done: list[dict[str, Any]] = []
     for command in commands:
         words = argv(command, url)
         t0 = time.monotonic()
         with log.step(f"check: {shlex.join(words)}"):
             proc = process.run(words, error=ServeError, what=f"the check `{command}`", env=env, log=log_path,
-                               timeout=timeout, fix=f"see {log_path}")
-        output = (proc.stdout + proc.stderr).splitlines()
+                               timeout=timeout, fix=f"see {log_path}", secrets=secrets)
+        output = process.redact(proc.stdout + proc.stderr, secrets).splitlines()
         done.append({"command": shlex.join(words), "returncode": proc.returncode,
                      "seconds": round(time.monotonic() - t0, 1), "output_tail": output[-TAIL_LINES:]})
     return done

@@ -11,6 +11,7 @@ from build_kernel.errors import ServeError
 from build_kernel.plan import Plan, recipe_arg
 from build_kernel.stages.serve import (
     api,
+    api_key,
     audit,
     backends,
     checkpoint,
@@ -90,6 +91,8 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
                          force, cmd.forced)
     args = ["--model-path", cmd.model, "--host", serve.host, "--port", str(serve.port), *serve.args]
     with flags.Parser(python, env, cache_dir=plan.cache_dir / "serve" / "flags", sglang_root=root) as parser:
+        if serve.api_key_file:  # this sglang must take --api-key (the key itself is added by the wrapper)
+            parser.parse([*args, "--api-key", "read-from-api_key_file"])
         parsed = parser.parse(args)
         cmd.sglang = parsed.sglang
         if Path(cmd.model).is_dir():
@@ -111,4 +114,8 @@ def prepare(plan: Plan, build_python: str, wheel: Path, *, model: str | None = N
                   for short, full in parsed.abbreviations.items()]
     cmd.asked = audit.asked(args, parsed.namespace, parsed.abbreviations)
     cmd.argv = [python, "-m", serve.module, *args]
+    if serve.api_key_file:
+        # The key goes in through the wrapper, inside the server's process: never a word of its command line.
+        cmd.argv = [python, str(api_key.WRAPPER), serve.module, *args]
+        cmd.env[api_key.FILE_VAR] = serve.api_key_file
     return cmd

@@ -107,14 +107,26 @@ def wait_healthy(server: process.Spawned, url: str, timeout: float) -> float:
         pause = min(pause * 2, POLL_S)
 
 
-def smoke(url: str, *, max_new_tokens: int = 32, timeout: float = 300) -> dict[str, Any]:
-    """One greedy `/generate`: the text, its token count and tokens/s."""
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """sglang's `--api-key` wants `Authorization: Bearer KEY` on every request but /health*, /metrics."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def smoke(url: str, *, max_new_tokens: int = 32, timeout: float = 300, api_key: str | None = None) -> dict[str, Any]:
+    """One greedy `/generate` (with the API key, when the server has one): the text, its token count and tokens/s."""
     body = json.dumps({"text": SMOKE_PROMPT, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}})
-    req = urllib.request.Request(f"{url}/generate", data=body.encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{url}/generate", data=body.encode(),
+                                 headers={"Content-Type": "application/json", **auth_headers(api_key)})
     t0 = time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise ServeError(f"the smoke request to {url}/generate was refused: HTTP 401 (the server wants an API key "
+                             f"{'other than' if api_key else 'and'} ours)",
+                             hint="check [serve] api_key_file, and that nothing else serves on that port") from None
+        raise ServeError(f"the smoke request to {url}/generate failed: {exc}", hint="see the server log") from None
     except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
         raise ServeError(f"the smoke request to {url}/generate failed: {exc}", hint="see the server log") from None
     seconds = time.monotonic() - t0
@@ -127,10 +139,11 @@ def smoke(url: str, *, max_new_tokens: int = 32, timeout: float = 300) -> dict[s
 
 @contextmanager
 def running(argv: Sequence[str], env: Mapping[str, str], *, host: str, port: int, timeout: float,
-            log_path: Path, before_smoke: Callable[[], None] | None = None
+            log_path: Path, before_smoke: Callable[[], None] | None = None, api_key: str | None = None
             ) -> Iterator[tuple[process.Spawned, Launched]]:
     """The server, healthy and smoke-tested; stopped on leaving (also on Ctrl-C or an error). `before_smoke`
-    runs once it is healthy, before the smoke request (a snapshot of what it has run so far)."""
+    runs once it is healthy, before the smoke request (a snapshot of what it has run so far). `api_key`: sent
+    with the smoke request (health is open without it, as in sglang)."""
     url = base_url(host, port)
     if _get(f"{url}/health", timeout=2) != 0:
         raise ServeError(f"something already answers on {url}", hint="stop it, or set [serve] port to a free port")
@@ -142,7 +155,7 @@ def running(argv: Sequence[str], env: Mapping[str, str], *, host: str, port: int
             launched.seconds_to_healthy = round(wait_healthy(server, url, timeout), 1)
             if before_smoke is not None:
                 before_smoke()
-            launched.smoke = smoke(url)
+            launched.smoke = smoke(url, api_key=api_key)
         log.info(f"healthy after {launched.seconds_to_healthy} s; smoke: {launched.smoke['tokens']} tokens "
                  f"at {launched.smoke['tokens_per_s']} tokens/s: {launched.smoke['text'][:60]!r}")
         yield server, launched
