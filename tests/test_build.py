@@ -106,7 +106,7 @@ def test_without_arch_patches_12_0a_still_compiles_hopper_code(project: Path, tm
     assert any("was not asked for" in w for w in report["warnings"])
 
 
-def test_dead_dependency_pin_fails_without_override(project: Path, tmp_path: Path) -> None:
+def test_dead_dependency_pin_fails_without_override(demo_build: DemoBuild, project: Path, tmp_path: Path) -> None:
     # A real minidep repo that lacks the pinned commit, like DeepGEMM after its force-push.
     dep_repo, _ = tmp_path / "minidep", commit_files(tmp_path / "minidep", {
         p.relative_to(REPO_ROOT / "examples/minidep").as_posix(): p.read_text()
@@ -121,12 +121,14 @@ def test_dead_dependency_pin_fails_without_override(project: Path, tmp_path: Pat
     log = Path(proc.stderr.split("full log: ")[1].split(" ")[0].rstrip(";")).read_text()
     assert "reference is not a tree: 0d4c3b2a1f9e8d7c6b5a49382716f5e4d3c2b1a0" in log
     assert "Failed to checkout tag" in proc.stderr or "minidep" in proc.stderr
-    # The recipe's [deps.minidep] override (the demo recipe as shipped) makes the same tree build.
-    write_recipe(project, "r", recipe.replace(
-        "[build.defines]\n", f'[build.defines]\nMINIKERNEL_MINIDEP_REPO = "{dep_repo}"\n'))
-    fixed = cli_build(project, "r", tmp_path / "cache")
+    # The recipe's [deps.minidep] override (the demo recipe as shipped) makes the same tree build: the session's
+    # demo build is that build, for real; in its cache these inputs are its key, answered without a compile.
+    write_recipe(project, "r", recipe)
+    fixed = cli_build(project, "r", demo_build.cache)
     assert fixed.returncode == 0, fixed.stderr
-    assert json.loads(fixed.stdout)["provenance"]["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"]
+    result = json.loads(fixed.stdout)
+    assert result["cached"] is True and result["wheel"].endswith(demo_build.wheel.name), result
+    assert result["provenance"]["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"]
 
 
 def test_force_recompiles_everything(demo_build: DemoBuild) -> None:

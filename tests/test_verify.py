@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from build_kernel.errors import VerifyError
 from build_kernel.stages.verify import checks as verify
 from build_kernel.stages.verify import prune_proof
 from build_kernel.stages.verify.report import require_verified
-from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, wheel_with, write_recipe
 
 pytestmark = pytest.mark.slow
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
@@ -83,9 +84,18 @@ def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Pa
         require_verified(broken)
 
 
-def test_wheel_lacking_sm120a_fails(project: Path, tmp_path: Path) -> None:
-    copy_series(project, PATCHES, "v1")
-    wheel = build_variant(project, tmp_path, "v1", "--arch", "10.0a")
+def test_wheel_lacking_sm120a_fails(demo_build: DemoBuild, tmp_path: Path) -> None:
+    """The session's wheel with its FP4 library replaced by a real one compiled for sm_100a only (what a build
+    for 10.0a holds: one nvcc compile here, not a second build of the miniature)."""
+    with zipfile.ZipFile(demo_build.wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))
+        nvcc = json.loads(zf.read(name))["toolchain"]["nvcc"]
+    so = tmp_path / "common_ops.so"
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-gencode=arch=compute_100a,code=sm_100a",
+                    "-I", str(REPO_ROOT / "examples/minikernel/include"),
+                    str(REPO_ROOT / "examples/minikernel/csrc/activation.cu"), "-o", str(so)],
+                   check=True, capture_output=True)
+    wheel = wheel_with(demo_build.wheel, {"minikernel/sm100/common_ops.so": so}, tmp_path / "w")
     report = verify.verify(wheel, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
     assert "minikernel/sm100/common_ops.so: no cubin or PTX for sm_120a (has sm_100a)" in report.failures
