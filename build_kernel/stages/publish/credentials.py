@@ -2,14 +2,18 @@
 
 Where they come from, most specific first: the target's own variables
 (`BUILD_KERNEL_INDEX_<NAME>_USERNAME/_PASSWORD`), a `user:pass@` in the URL, then
-`TWINE_USERNAME/TWINE_PASSWORD`; else twine asks keyring or `~/.pypirc` itself. They travel
-to twine and pip in the environment, never on a command line, and every message and log
-line publish writes passes through `redact` (via `Target.redact`).
+`TWINE_USERNAME/TWINE_PASSWORD`, then the netrc file (`$NETRC`, else `~/.netrc`: the `machine`
+of the upload URL's host), then keyring (service: the upload URL, as twine asks it); a target of
+`~/.pypirc` is left to twine, which reads it. So the install-back, which pip runs with its
+configuration switched off, gets the same credentials as the upload. They travel to twine and pip
+in the environment, never on a command line, and every message and log line publish writes passes
+through `redact` (via `Target.redact`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import netrc
 import re
 from collections.abc import Mapping, Sequence
 from configparser import ConfigParser
@@ -102,10 +106,12 @@ class Credentials:
 
 
 def choose(name: str | None, env: Mapping[str, str], *, username: str | None, password: str | None,
-           pypirc: Path | None) -> Credentials:
-    """The target's variables, else the URL's `user:pass` (given), else TWINE_*; else twine's own lookup.
+           pypirc: Path | None, url: str = "") -> Credentials:
+    """The target's variables, else the URL's `user:pass` (given), else TWINE_*, else netrc, else keyring;
+    else twine's own lookup.
 
-    `pypirc`: set when `~/.pypirc` defines the target (twine then reads its credentials).
+    `pypirc`: set when `~/.pypirc` defines the target (twine then reads its credentials). `url`: the upload URL
+    (without credentials) of an index: its host is netrc's `machine`, the URL keyring's service.
     """
     source = "the user:password in the target's URL" if password else ""
     user_var, password_var = credential_env_names(name) if name else ("", "")
@@ -115,6 +121,46 @@ def choose(name: str | None, env: Mapping[str, str], *, username: str | None, pa
     if not password and (env.get("TWINE_USERNAME") or env.get("TWINE_PASSWORD")):
         return Credentials(env.get("TWINE_USERNAME") or username, env.get("TWINE_PASSWORD") or None,
                            "TWINE_USERNAME/TWINE_PASSWORD")
+    if not password and pypirc is None and url.startswith(("http://", "https://")):
+        found = from_netrc(url, env, username) or from_keyring(url, username)
+        if found is not None:
+            return found
     if not password:
         source = f"the [{name}] section of {pypirc} (or keyring)" if pypirc else DEFAULT_SOURCE
     return Credentials(username, password, source)
+
+
+def netrc_path(env: Mapping[str, str]) -> Path:
+    return Path(env["NETRC"]).expanduser() if env.get("NETRC") else Path(env.get("HOME", "~")).expanduser() / ".netrc"
+
+
+def from_netrc(url: str, env: Mapping[str, str], username: str | None) -> Credentials | None:
+    """The netrc entry of the URL's host (or its `default`), as pip and curl read it."""
+    path, host = netrc_path(env), urlsplit(url).hostname or ""
+    if not path.is_file():
+        return None
+    fix = "fix it (machine HOST login USER password PASSWORD; chmod 600), or set TWINE_USERNAME/TWINE_PASSWORD"
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except netrc.NetrcParseError as exc:  # its message quotes the token it stopped at, which may be a password
+        why = re.sub(r"'[^']*'", "(a word, not shown)", exc.msg)
+        raise PublishError(f"{path}: line {exc.lineno}: {why}", hint=fix) from None
+    except OSError as exc:
+        raise PublishError(f"{path}: {exc.strerror}", hint=fix) from None
+    if entry is None or not entry[2]:
+        return None
+    login, _, secret = entry
+    return Credentials(login or username, secret, f"{path} (machine {host})", (str(secret),))
+
+
+def from_keyring(url: str, username: str | None) -> Credentials | None:
+    """keyring's credential for the upload URL (twine's service name); None without keyring or an entry."""
+    try:
+        import keyring  # twine's own dependency
+
+        found = keyring.get_credential(url, username)
+    except Exception:  # a backend that cannot answer (no D-Bus, locked): twine asks it again and says why
+        return None
+    if found is None or not found.password:
+        return None
+    return Credentials(found.username or username, found.password, f"keyring (service {url})", (found.password,))

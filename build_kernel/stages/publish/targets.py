@@ -211,7 +211,8 @@ def resolve_target(
     simple, simple_user, simple_password = credentials.strip_userinfo(simple)
     secrets += [s for s in (simple_password,) if s]
     creds = credentials.choose(entry.name, env, username=entry.values.get("username") or url_user or simple_user,
-                               password=url_password or simple_password, pypirc=entry.via_pypirc)
+                               password=url_password or simple_password, pypirc=entry.via_pypirc,
+                               url=url if kind == "index" else "")
     secrets += creds.secrets
     # Each secret by where it came from, for the warning of one too short to hide inside words (process.redact).
     named = {"the password in the target's URL": url_password, "TWINE_PASSWORD": env.get("TWINE_PASSWORD"),
