@@ -490,3 +490,45 @@ def test_launch_says_the_ops_as_text_and_a_failing_check_fails_serve(serve_env: 
     assert _error(failing).startswith("error: the check `false`")
     assert "server stopped" in failing.stderr and _all_gone(pids)
     assert not (serve_env.build.cache / "serve" / "ops" / "quiet").exists()
+
+
+# --- an API key: a non-loopback host, the real sglang parser, a server that enforces the key (issue 69) ------
+
+def test_a_keyed_server_refuses_requests_without_the_key_and_the_key_shows_nowhere(serve_env: ServeEnv,
+                                                                                     tmp_path: Path) -> None:
+    """sglang 0.5.9's parser takes --api-key; the double refuses as sglang's middleware does (401); the smoke
+    request and the check send the key; no output, log, --json or command line holds it; the unit hands it over
+    as a credential."""
+    from build_kernel.stages.serve import api_key
+
+    key_file = tmp_path / "credstore" / "s.api-key"
+    api_key.ensure(key_file)  # what serve --install does (tests/test_serve_hardening.py: the file's rules)
+    key = api_key.read(key_file)
+    pids = tmp_path / "pids.json"
+    recipe = serve_recipe(serve_env.root, serve_env.model, name="keyed", env={"PYTHONPATH": str(DOUBLE),
+                                                                               "DOUBLE_PIDS": str(pids)},
+                          serve_extra=f'module = "sglang_double"\nhost = "0.0.0.0"\napi_key_file = "{key_file}"\n'
+                                      "health_timeout_s = 60\n")
+    check = f"{sys.executable} {DOUBLE / 'ask_with_key.py'} {{url}} {pids}"
+    proc = serve_env.cli(recipe, "--launch", "--smoke-only", "--check", check, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["server"]["smoke"]["tokens"] == 32  # the smoke request was let in: it sent the key
+    assert result["checks"][0]["output_tail"] == ["without key: 401, wrong key: 401, with key: 200, command lines "
+                                                  "holding the key: 0"]
+    assert result["argv"][1:3] == [str(api_key.WRAPPER), "sglang_double"] and "--api-key" not in result["argv"]
+    log = Path(result["server"]["log"]).read_text()
+    assert "api_key='***'" in log  # the double logs its ServerArgs as sglang does, key included: hidden
+    unit = serve_env.cli(recipe, "--unit", str(tmp_path / "keyed.service"), "--json")
+    assert unit.returncode == 0, unit.stderr
+    text = (tmp_path / "keyed.service").read_text()
+    assert f"LoadCredential=api-key:{key_file}" in text.splitlines() and "DynamicUser=yes" in text.splitlines()
+    assert json.loads(unit.stdout)["unit"]["exposure"] <= 4.5
+    for seen in (proc.stdout, proc.stderr, log, unit.stdout, unit.stderr, text):
+        assert key not in seen
+    assert _all_gone(pids)
+    # Without the key file the launch stops before starting anything, in one line with the fix.
+    key_file.unlink()
+    gone = serve_env.cli(recipe, "--launch", "--smoke-only")
+    assert gone.returncode == 9 and _error(gone) == f"error: no API key file {key_file} ([serve] api_key_file) " \
+                                                    "(build-kernel serve --install makes one)"
