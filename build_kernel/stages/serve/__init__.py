@@ -77,7 +77,7 @@ class ServeStage:
                                      folder=self.wheelhouse)
             if ctx.plan.recipe.serve.jit_prewarm and not self.flags_only:
                 self.result["jit"] = prewarm_and_verify(ctx.plan, served, environment.server_env(ctx.plan))
-            if ctx.plan.recipe.serve.api_key_file:
+            if ctx.plan.recipe.serve.api_key_file and not self.flags_only:  # a parser-only install serves nothing
                 from build_kernel.stages.serve import api_key
 
                 key_file = Path(ctx.plan.recipe.serve.api_key_file)
