@@ -2,15 +2,22 @@
 --list-ptx`), SASS opcode counts of one arch's cubins (`cuobjdump -xelf` + `nvdisasm`), and
 the SASS of every function (`cuobjdump -sass`, streamed: the prune proof).
 
-Disassembling every cubin of a 370 MB library takes minutes; the FP4 proof needs only
-one instruction of each opcode, so the cubins are disassembled likeliest first, in
-parallel, and the scan stops when every opcode has been seen. Absence cannot stop early:
-kernel names do not reliably say FP4 (a block-scaled CUTLASS GEMM may not), so every cubin
-is read (35 sm_120a cubins of sglang-kernel 0.4.10's sm100/common_ops: 34-37 CPU s here; nvdisasm
-`-c -ndf` measured no faster). What is saved is doing it twice: each cubin's counts are kept by its
+Disassembling every cubin of a 370 MB library takes minutes; the FP4 verdict needs one FP4
+instruction of the asked arch (a match of any `[verify] fp4_sass` pattern: the patterns are
+alternatives, SM120's OMMA.SF and SM100's UTCOMMA never occur in the same arch). So only the
+asked arch's cubins are extracted (`-arch`), disassembled likeliest first, in parallel, each
+read as nvdisasm writes it, and the scan stops at the first FP4 instruction (nvdisasm killed).
+Stopping when every pattern was seen never stopped at sm_120a (UTCOMMA is SM100's): sgl-kernel
+0.3.21's 74 sm_120a cubins took 205 s cold on 2 cores; the first cubin (of the FP4-named ones)
+decides it in about a second. One streamed `cuobjdump -sass -arch sm_120a` of the library took
+100-142 s to its first FP4 line: it disassembles in file order, the FP4 cubins late.
+Absence cannot stop early: kernel names do not reliably say FP4 (a block-scaled CUTLASS GEMM may
+not), so every cubin is read (35 sm_120a cubins of sglang-kernel 0.4.10's sm100/common_ops: 34-37
+CPU s here; nvdisasm `-c -ndf` measured no faster). Whole counts (`complete`: `verify --counts`,
+the JIT cache) disassemble every cubin to its end. Each cubin's whole counts are kept by its
 content (sha256 of the cubin, nvdisasm's version, the patterns) in `counts_dir`, so the same cubins
 are not disassembled again (doctor run again, `verify --recheck`, a rebuild with unchanged kernels:
-0.5-0.7 s for that library).
+0.5-0.7 s for that library); a cubin whose reading was stopped is never kept.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +107,13 @@ class Scan:
     scanned: int
     total: int
     kept: int = 0  # of the scanned, those whose counts were kept from an earlier scan (not disassembled again)
+    whole: bool = True  # False: stopped at the first FP4 instruction, the counts are of what was read
+    disassembled: tuple[str, ...] = ()  # the cubins nvdisasm read (to their end or until stopped), as started
+    first: str = ""  # where the scan stopped: the instruction and its cubin
 
     def describe(self, arch: str) -> str:
-        stop = "" if self.scanned == self.total else " (stopped: every opcode found)"
+        where = f": {self.first}" if self.first else " in the kept counts"
+        stop = "" if self.whole else f" (stopped at the first FP4 instruction{where}; --counts counts them all)"
         kept = f", {self.kept} of them by their kept counts" if self.kept else ""
         return f"{self.scanned} of {self.total} {arch} cubins disassembled{kept}{stop}"
 
@@ -121,6 +133,52 @@ def _count(cubin: Path, nvdisasm: str, patterns: tuple[str, ...], env: Mapping[s
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise VerifyError(f"nvdisasm {cubin.name} failed: {tail}", hint="install nvidia-cuda-nvdisasm matching cuobjdump")
     return {p: len(re.findall(p, proc.stdout)) for p in patterns}
+
+
+_BLOCK = 4096  # lines searched at once: one regex call per block, not per line (a large cubin is millions of lines)
+
+
+def _blocks(lines: Iterable[str]) -> Iterator[str]:
+    block: list[str] = []
+    for line in lines:
+        block.append(line)
+        if len(block) == _BLOCK:
+            yield "".join(block)
+            block = []
+    if block:
+        yield "".join(block)
+
+
+def _word(text: str, hit: re.Match[str]) -> str:
+    """The whole instruction word a pattern matched in (`E2M1` -> `F2FP.SATFINITE.E2M1.F32.PACK_AB_MERGE_C`)."""
+    start = max(text.rfind(c, 0, hit.start()) for c in " \t\n") + 1
+    ends = [e for c in " \t\n," if (e := text.find(c, hit.end())) >= 0]
+    return text[start:min(ends, default=len(text))]
+
+
+def _count_until(cubin: Path, nvdisasm: str, patterns: tuple[str, ...], env: Mapping[str, str],
+                 found: threading.Event, first: list[str]) -> tuple[dict[str, int], bool]:
+    """`cubin`'s counts read as nvdisasm writes them, until an FP4 instruction is seen here (`found` is set, the
+    instruction added to `first`) or by another cubin's reader: (counts, whole). Stopping kills nvdisasm
+    (process.lines). An SASS instruction is one line, so the patterns are counted within blocks of lines, as in
+    the whole text."""
+    anyone = re.compile("|".join(f"(?:{p})" for p in patterns))
+    counts = {p: 0 for p in patterns}
+    lines = process.lines([nvdisasm, cubin], error=VerifyError, what=f"nvdisasm {cubin.name}", env=env,
+                          fix="install nvidia-cuda-nvdisasm matching cuobjdump")
+    try:
+        for block in _blocks(lines):
+            if hit := anyone.search(block):
+                for p in patterns:
+                    counts[p] += len(re.findall(p, block))
+                first.append(f"{_word(block, hit)} in {cubin.name}")
+                found.set()
+            if found.is_set():
+                return counts, False
+    finally:
+        if isinstance(lines, Generator):  # not read to its end: closing it stops nvdisasm
+            lines.close()
+    return counts, True
 
 
 class _Counts:
@@ -157,9 +215,10 @@ class _Counts:
 
 def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Mapping[str, str], workdir: Path,
              workers: int, *, complete: bool = False, counts_dir: Path | None = None) -> Scan:
-    """Disassemble `arch`'s cubins of `so`, likeliest first, in parallel, until every pattern is
-    found (all of them when one never is: absence needs every cubin; `complete`: always all, for
-    whole counts). Counts kept in `counts_dir` for a cubin of the same bytes are taken as they are."""
+    """Disassemble `arch`'s cubins of `so` (no other arch's: `cuobjdump -arch`), likeliest first, in parallel,
+    until an FP4 instruction (a match of any pattern) is seen; every cubin when none is (absence needs all of
+    them). `complete`: every cubin to its end, for whole counts. Whole counts kept in `counts_dir` for a cubin of
+    the same bytes are taken as they are; counts of a cubin whose reading was stopped are never kept."""
     out = workdir / f"{so.name}.{arch}"
     out.mkdir(parents=True, exist_ok=True)
     process.run([tool, "-arch", arch, "-xelf", "all", so.resolve()], error=VerifyError,
@@ -170,32 +229,41 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
         raise VerifyError("nvdisasm not found", hint="pip install nvidia-cuda-nvdisasm (the FP4 check disassembles SASS)")
     kept = _Counts(counts_dir, nvdisasm, patterns, env)
     seen = {p: 0 for p in patterns}
-    known = {c: found for c in cubins if (found := kept.get(c)) is not None and set(found) == set(patterns)}
-    for found in known.values():
-        for p, n in found.items():
+    known = {c: counted for c in cubins if (counted := kept.get(c)) is not None and set(counted) == set(patterns)}
+    for counted in known.values():
+        for p, n in counted.items():
             seen[p] += n
     todo = [c for c in cubins if c not in known]
+    found = threading.Event()
+    started: list[str] = []  # list.append is atomic: the pool's threads record what they disassemble
+    first: list[str] = []  # the FP4 instructions that stopped the scan (two readers may find one at once)
 
-    def count(cubin: Path) -> dict[str, int]:
-        found = _count(cubin, nvdisasm, patterns, env)
-        kept.put(cubin, found)
-        return found
+    def count(cubin: Path) -> tuple[dict[str, int], bool]:
+        if found.is_set():
+            return {p: 0 for p in patterns}, False  # decided before this one started: not disassembled
+        started.append(cubin.name)
+        counted, whole = (_count(cubin, nvdisasm, patterns, env), True) if complete else \
+            _count_until(cubin, nvdisasm, patterns, env, found, first)
+        if whole:
+            kept.put(cubin, counted)
+        return counted, whole
 
-    ran = []
-    if todo and (complete or not all(seen.values())):
+    results: list[tuple[dict[str, int], bool]] = []
+    if todo and (complete or not any(seen.values())):
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             pending = [pool.submit(count, c) for c in todo]
             for future in as_completed(pending):
-                for p, n in future.result().items():
-                    seen[p] += n
-                if not complete and all(seen.values()):
+                future.result()  # a reader's error is the scan's
+                if found.is_set():  # never set when complete
                     for other in pending:
                         other.cancel()
                     break
-        # Leaving the pool waited for the ones already running: they count too.
-        ran = [f for f in pending if not f.cancelled()]
-    total = {p: sum(found[p] for found in known.values()) + sum(f.result()[p] for f in ran) for p in patterns}
-    return Scan(total, len(known) + len(ran), len(cubins), len(known))
+        # Leaving the pool waited for the ones already running (stopped by `found`): what they read counts too.
+        results = [f.result() for f in pending if not f.cancelled()]
+    total = {p: seen[p] + sum(counted[p] for counted, _ in results) for p in patterns}
+    whole = len(known) + sum(1 for _, w in results if w) == len(cubins)
+    return Scan(total, len(known) + len(started), len(cubins), len(known), whole, tuple(started),
+                first[0] if first and not whole else "")
 
 
 def sass_lines(so: Path, tool: str, env: Mapping[str, str]) -> Iterator[str]:
