@@ -101,13 +101,16 @@ def _report_table(report: Report) -> Table:
 @click.option("--recheck", is_flag=True, help="Run the checks even when the wheel's record already matches.")
 @click.option("--static", "static", is_flag=True,
               help="Device code only (archs, PTX, FP4 SASS), no import: a wheel for another torch/CUDA, a host without torch.")
+@click.option("--counts", is_flag=True,
+              help="Whole FP4 opcode counts: every cubin of the asked archs disassembled (the verdict needs only the "
+                   "first FP4 instruction).")
 @click.pass_obj
-def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool) -> None:
+def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool, counts: bool) -> None:
     """Check a wheel: cubin/PTX archs per library, FP4 SASS, clean import, ops, GPU run (build env's python)."""
     from build_kernel.stages.verify import VerifyStage
 
     p = opts.plan()
-    stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False, static=static)
+    stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False, static=static, counts=counts)
     ctx = stages.Context(p, wheels=[wheel or newest_wheel(p)])
     stages.run(ctx, [stage])
     report = stage.reports[0]

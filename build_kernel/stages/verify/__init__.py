@@ -39,10 +39,10 @@ class VerifyStage:
     name = "verify"
 
     def __init__(self, *, gpu_check: str = "", recheck: bool = False, raise_on_failure: bool = True,
-                 static: bool = False) -> None:
+                 static: bool = False, counts: bool = False) -> None:
         # raise_on_failure=False: the caller (`build-kernel verify`) shows the whole table first.
         self.gpu_check, self.recheck, self.raise_on_failure = gpu_check, recheck, raise_on_failure
-        self.static = static
+        self.static, self.counts = static, counts  # counts: whole FP4 opcode counts, not the first instruction
         self.reports: list[Report] = []
 
     def skip(self, ctx: Context) -> str | None:
@@ -61,7 +61,7 @@ class VerifyStage:
             report = checks.verify(wheel, ctx.plan.recipe.verify, ctx.plan.archs, env=ctx.env, python=python,
                                    gpu_check=self.gpu_check, cuda_home=cuda_home, reuse=not self.recheck,
                                    static=self.static, want_cuda=ctx.plan.recipe.toolchain.cuda,
-                                   counts_dir=ctx.plan.cache_dir / cubins_counts)
+                                   counts_dir=ctx.plan.cache_dir / cubins_counts, counts=self.counts)
             record = record_path(wheel, report.asked)
             if report.from_record:
                 log.info(f"{wheel.name}: verified before with the same checks (record {record.name}; "

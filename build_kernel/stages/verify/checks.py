@@ -42,7 +42,8 @@ LIBRARY = re.compile(r"\.so(\.\d+)*$")
 
 def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[str, str],
            python: str = sys.executable, gpu_check: str = "", cuda_home: str | None = None,
-           reuse: bool = False, static: bool = False, want_cuda: str = "", counts_dir: Path | None = None) -> Report:
+           reuse: bool = False, static: bool = False, want_cuda: str = "", counts_dir: Path | None = None,
+           counts: bool = False) -> Report:
     """Check one wheel; write `<wheel>.verify.json`; return the report.
 
     `env` is the base of the tools' and the probe's environments (the plan's).
@@ -50,9 +51,12 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
     `static`: device code only, no import (a wheel for another torch or CUDA, a host without torch).
     `want_cuda`: the CUDA the recipe targets; libraries linking another major's CUDA libraries are a warning.
     `counts_dir`: where each cubin's FP4 opcode counts are kept by its content (cubins.fp4_scan).
+    `counts`: whole FP4 opcode counts (every cubin of the asked FP4 archs disassembled to its end); otherwise each
+    arch's scan stops at its first FP4 instruction, which decides the verdict all the same.
     """
     digest = checks_digest({"spec": spec, "archs": [a.sm for a in archs], "gpu_check": gpu_check or spec.gpu_check,
-                            "python": python, "static": static, "want_cuda": want_cuda, "links": 1})
+                            "python": python, "static": static, "want_cuda": want_cuda, "links": 1,
+                            **({"counts": True} if counts else {})})  # a record of partial counts is not one of whole
     if reuse and (recorded := reusable(wheel, digest)) is not None:
         return recorded
     report = Report(wheel.name, sha256_of(wheel), [a.sm for a in archs], checks_digest=digest, stat=file_stat(wheel),
@@ -64,7 +68,7 @@ def verify(wheel: Path, spec: Verify, archs: tuple[Arch, ...], *, env: Mapping[s
         tmp = Path(tmp_str)
         site = tmp / "site"
         libs, aliases = unpack(wheel, site, libraries_only=static)
-        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp, counts_dir)
+        static_checks(report, site, libs, aliases, spec, archs, tool, env, tmp, counts_dir, complete=counts)
         _cuda_linked(report, libs, want_cuda)
         _no_own_libstdcxx(report, site, libs)
         _no_driver(report, wheel)
@@ -127,7 +131,7 @@ def _library(so: Path, rel: str, found: cubins.Listing, spec: Verify, archs: tup
 
 def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Path, list[str]], spec: Verify,
                    archs: tuple[Arch, ...], tool: str, env: Mapping[str, str], tmp: Path,
-                   counts_dir: Path | None = None) -> None:
+                   counts_dir: Path | None = None, *, complete: bool = False) -> None:
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool:
         listings = list(pool.map(lambda so: cubins.listing(so, tool, env), libs))
@@ -139,7 +143,7 @@ def static_checks(report: Report, site: Path, libs: list[Path], aliases: dict[Pa
         lib.aliases = aliases.get(so, [])
         rule = rule_for(rel, spec)
         if lib.applies and rule.fp4 and spec.fp4_sass:  # FP4 of the asked archs whose GPUs load it
-            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers, counts_dir)
+            _fp4(report, lib, so, spec, loading(rule, archs), tool, env, tmp, workers, counts_dir, complete)
         report.libraries.append(lib)
     if not report.libraries:
         report.failures.append("no CUDA extension in the wheel (no .so holds device code)")
@@ -179,13 +183,13 @@ def _cuda_linked(report: Report, libs: list[Path], want_cuda: str) -> None:
 
 
 def _fp4(report: Report, lib: LibraryReport, so: Path, spec: Verify, archs: tuple[Arch, ...], tool: str,
-         env: Mapping[str, str], tmp: Path, workers: int, counts_dir: Path | None) -> None:
+         env: Mapping[str, str], tmp: Path, workers: int, counts_dir: Path | None, complete: bool) -> None:
     fp4_archs = [a for a in archs if a.fp4_capable]
     lib.fp4_matches = {}
     scans = []
     for arch in (a for a in fp4_archs if a.sm in lib.archs):
         scan = cubins.fp4_scan(so, arch.sm, spec.fp4_sass, tool, cubins.tool_env(env), tmp / "cubins", workers,
-                               counts_dir=counts_dir)
+                               counts_dir=counts_dir, complete=complete)
         lib.fp4_matches.update({f"{arch.sm}:{p}": n for p, n in scan.matches.items()})
         scans.append(scan.describe(arch.sm))
     lib.fp4_scanned = "; ".join(scans)
