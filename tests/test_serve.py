@@ -508,12 +508,16 @@ def test_a_keyed_server_refuses_requests_without_the_key_and_the_key_shows_nowhe
     recipe = serve_recipe(serve_env.root, serve_env.model, name="keyed", env={"PYTHONPATH": str(DOUBLE),
                                                                                "DOUBLE_PIDS": str(pids)},
                           serve_extra=f'module = "sglang_double"\nhost = "0.0.0.0"\napi_key_file = "{key_file}"\n'
-                                      "health_timeout_s = 60\n")
+                                      "health_timeout_s = 60\nbench_concurrency = [1]\nbench_input_len = 16\n"
+                                      "bench_output_len = 8\nbench_prompts = 2\n")
     check = f"{sys.executable} {DOUBLE / 'ask_with_key.py'} {{url}} {pids}"
-    proc = serve_env.cli(recipe, "--launch", "--smoke-only", "--check", check, "--json")
+    proc = serve_env.cli(recipe, "--bench", "--no-op-report", "--check", check, "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["server"]["smoke"]["tokens"] == 32  # the smoke request was let in: it sent the key
+    # The real sglang.bench_serving too (it reads OPENAI_API_KEY): a refused request is no completed one.
+    assert result["bench"][0]["completed"] == 2 and result["bench"][0]["output_throughput"] > 0
+    bench_file = Path(result["bench_file"]).read_text()
     assert result["checks"][0]["output_tail"] == ["without key: 401, wrong key: 401, with key: 200, command lines "
                                                   "holding the key: 0"]
     assert result["argv"][1:3] == [str(api_key.WRAPPER), "sglang_double"] and "--api-key" not in result["argv"]
@@ -524,7 +528,7 @@ def test_a_keyed_server_refuses_requests_without_the_key_and_the_key_shows_nowhe
     text = (tmp_path / "keyed.service").read_text()
     assert f"LoadCredential=api-key:{key_file}" in text.splitlines() and "DynamicUser=yes" in text.splitlines()
     assert json.loads(unit.stdout)["unit"]["exposure"] <= 4.5
-    for seen in (proc.stdout, proc.stderr, log, unit.stdout, unit.stderr, text):
+    for seen in (proc.stdout, proc.stderr, log, unit.stdout, unit.stderr, text, bench_file):
         assert key not in seen
     assert _all_gone(pids)
     # Without the key file the launch stops before starting anything, in one line with the fix.

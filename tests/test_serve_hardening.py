@@ -187,6 +187,7 @@ def _ask(url: str, key: str | None) -> int:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return exc.code
     except (urllib.error.URLError, OSError):
         return 0  # not up yet
@@ -211,6 +212,11 @@ def test_the_wrapper_hands_the_key_to_the_server_and_no_one_else(tmp_path: Path)
         assert (_ask(url, None), _ask(url, "wrong-key"), _ask(url, key)) == (401, 401, 200)
         with urllib.request.urlopen(f"{url}/health_generate", timeout=10) as resp:  # open, as sglang's
             assert resp.status == 200
+        assert launch.smoke(url, api_key=key)["tokens"] == 32
+        with pytest.raises(ServeError) as refused:
+            launch.smoke(url, api_key="not-the-key")
+        assert refused.value.message == (f"the smoke request to {url}/generate was refused: HTTP 401 (the server "
+                                         "wants an API key other than ours)")
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
         assert key.encode() not in b" ".join(cmdline) and b"--api-key" not in cmdline
         assert key not in Path(f"/proc/{server.pid}/environ").read_text(errors="replace")

@@ -23,6 +23,7 @@ def ask(url: str, key: str | None) -> int:
                                     timeout=30) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return exc.code
 
 

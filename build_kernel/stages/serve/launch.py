@@ -122,6 +122,7 @@ def smoke(url: str, *, max_new_tokens: int = 32, timeout: float = 300, api_key: 
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
+        exc.close()  # its response's socket
         if exc.code == 401:
             raise ServeError(f"the smoke request to {url}/generate was refused: HTTP 401 (the server wants an API key "
                              f"{'other than' if api_key else 'and'} ours)",
