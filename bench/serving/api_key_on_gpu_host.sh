@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Does real sglang refuse a request without its API key, and does the hardened unit's server still serve?
-# (docs/serving.md, "Who gets in"). One call on the GPU host, offline, after a build call left a wheel:
+# (docs/serving.md, "Who gets in"). On the GPU host, offline, with the device folder carried (.device,
+# bench/gpu_host/README.md). With a wheel at hand (WHEEL=..., or one an earlier call left in /tmp/bkw), one call:
 #
-#   bash bench/serving/api_key_on_gpu_host.sh
+#   WHEEL=/path/to/sgl_kernel-...whl bash bench/serving/api_key_on_gpu_host.sh
+#
+# On a fresh machine the tool builds the wheel first (~400 s): run it detached, then collect in a later call:
+#
+#   setsid bash bench/serving/api_key_on_gpu_host.sh > /tmp/api-key.log 2>&1 < /dev/null &
+#   cp /tmp/api-key-out/api-key-raw.tar.gz /tmp/api-key.log "$OUT"/; cat /tmp/api-key-raw/steps.txt
 #
 # 1. keyed: real sglang started through build_kernel/stages/serve/keyed/launch_with_key.py (the wrapper the unit
 #    and `serve --launch` use) on the tiny Llama (bench/serving/tiny_model.py, random weights), bound to 0.0.0.0,
@@ -18,7 +24,8 @@
 #    listed in not-applied.txt.
 # Everything lands in $OUT/api-key-raw.tar.gz (packed after each step).
 #
-# Environment: WHEEL (the kernel wheel; default the newest in $BUILD_KERNEL_OUTPUT_DIR, /tmp/bkw), SERVE_PYTHON
+# Environment: WHEEL (the kernel wheel; default the newest in $BUILD_KERNEL_OUTPUT_DIR, /tmp/bkw, else the tool builds
+# RECIPE's, .device/h9.toml, from the carried mirrors first), SERVE_PYTHON
 # (an environment with sglang and the wheel; default: /tmp/sgenv made from .device/wh by gpu_host_lib.sh's serve_env,
 # then WHEEL installed --no-deps), ARGS (sglang flags; default below: triton attention, no CUDA graphs, a small
 # memory share: the point is the door, not speed), HEALTH_S (600), OUT (/tmp/api-key-out), UNIT (1: run step 2),
@@ -33,19 +40,27 @@ HEALTH_S=${HEALTH_S:-600}
 UNIT=${UNIT:-1}
 ARGS=${ARGS:---attention-backend triton --disable-cuda-graph --disable-piecewise-cuda-graph --mem-fraction-static 0.3}
 export BUILD_KERNEL_OUTPUT_DIR=${BUILD_KERNEL_OUTPUT_DIR:-/tmp/bkw}
+# shellcheck source=../gpu_host/gpu_host_lib.sh
+source bench/gpu_host/gpu_host_lib.sh
+run_from_copy /tmp/api-key-repo bench/serving/api_key_on_gpu_host.sh  # a detached run must not change under itself
 R=/tmp/api-key-raw; rm -rf "$R"; mkdir -p "$R" "$OUT"
 t0=$(date +%s)
 step() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$R/steps.txt"; tar -czf "$OUT/api-key-raw.tar.gz" -C "$R" .; }
-# shellcheck source=../gpu_host/gpu_host_lib.sh
-source bench/gpu_host/gpu_host_lib.sh
-host_record "$R/host.txt"; git -C "$REPO" rev-parse HEAD >> "$R/host.txt" 2>&1
+host_record "$R/host.txt"; cat "$REPO/HEAD.txt" >> "$R/host.txt" 2>&1
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
 
 # The serve environment and the tiny model.
 SERVE_PYTHON=${SERVE_PYTHON:-}
 if [ -z "$SERVE_PYTHON" ]; then
   WHEEL=${WHEEL:-$(ls -t "$BUILD_KERNEL_OUTPUT_DIR"/*.whl 2>/dev/null | head -1)}
-  [ -n "$WHEEL" ] || { step "no kernel wheel (WHEEL, or one in $BUILD_KERNEL_OUTPUT_DIR): build first"; exit 1; }
+  if [ -z "$WHEEL" ]; then  # a fresh machine: the tool builds RECIPE's wheel offline first (~400 s on a 16-core H100 host)
+    export BUILD_KERNEL_CACHE_DIR=${BUILD_KERNEL_CACHE_DIR:-/tmp/bkc}
+    tool_setup "$R/tool.log"
+    python3 -m build_kernel --offline --json build --recipe "${RECIPE:-.device/h9.toml}" > "$R/build.json" 2> "$R/build.err"
+    step "build rc=$?"
+    WHEEL=$(ls -t "$BUILD_KERNEL_OUTPUT_DIR"/*.whl 2>/dev/null | head -1)
+  fi
+  [ -n "$WHEEL" ] || { step "no kernel wheel (WHEEL, one in $BUILD_KERNEL_OUTPUT_DIR, or a build): see build.err"; exit 1; }
   echo "wheel: $WHEEL" >> "$R/host.txt"
   [ -x /tmp/sgenv/bin/python ] || serve_env "$R/env.log" .device/wh
   /tmp/sgenv/bin/python -m pip install -q --no-index --no-deps --force-reinstall --no-compile "$WHEEL" >> "$R/env.log" 2>&1
