@@ -253,8 +253,12 @@ def fp4_scan(so: Path, arch: str, patterns: tuple[str, ...], tool: str, env: Map
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             pending = [pool.submit(count, c) for c in todo]
             for future in as_completed(pending):
-                future.result()  # a reader's error is the scan's
-                if found.is_set():  # never set when complete
+                if future.exception() is not None:  # a reader's error is the scan's: the others stop first
+                    found.set()
+                    for other in pending:
+                        other.cancel()
+                    future.result()
+                if found.is_set():  # never set by a find when complete
                     for other in pending:
                         other.cancel()
                     break
