@@ -38,7 +38,9 @@ SANDBOX: tuple[tuple[str, str, str], ...] = (
     ("SystemCallFilter", "@system-service pidfd_getfd",
      "the calls a service makes (with @resources: NCCL pins threads with sched_setaffinity, mbind), plus "
      "pidfd_getfd, by which NCCL's cuMem and torch's expandable segments take a peer process's memory handle"),
-    ("SystemCallFilter", "~@privileged", "never mount, setuid, swap, load modules"),
+    ("SystemCallFilter", "~@privileged", "never mount, setuid, swap, load modules; without @debug's "
+                                          "perf_event_open the torch profiler (sglang's /start_profile) fails: "
+                                          "relax SystemCallFilter to profile"),
     ("SystemCallErrorNumber", "EPERM", "a refused call fails with EPERM (a clear error) instead of killing the "
                                        "server with SIGSYS"),
     ("SystemCallArchitectures", "native", "no 32-bit system calls"),
