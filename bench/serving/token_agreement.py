@@ -80,8 +80,11 @@ class ServerOutput:
 
 
 def _http(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 600.0) -> Any:
+    """`serve --check` hands a keyed server's API key over as OPENAI_API_KEY (as bench_serving reads it)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    key = os.environ.get("OPENAI_API_KEY")
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return json.loads(resp.read().decode())
