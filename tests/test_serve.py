@@ -225,7 +225,8 @@ def test_a_wheel_without_a_verification_record_is_refused(serve_env: ServeEnv, t
                    str(other))
     assert proc.returncode == 7
     assert _error(proc) == (f"error: {serve_env.wheel.name} has not been verified (run `build-kernel verify "
-                            f"{other / serve_env.wheel.name} --recipe {recipe}` (or pass --force to override))")
+                            f"{other / serve_env.wheel.name} --recipe {recipe} --arch 12.0a` (or pass --force to "
+                            "override))")
     assert sorted(p.name for p in other.iterdir()) == [serve_env.wheel.name]  # nothing written
 
 
