@@ -106,6 +106,12 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                                                     raw("real_build", "local-2c-2026-12-02", "jit-prewarm-nvfp4-raw.json")),
     "bench/jit_prewarm/results/nvfp4-sm120a-h100.json": ("bench/jit_prewarm/prewarm_report.py", [
         "--tool", *raw("upstream_tests", "h100-2026-12-06b", "i55-raw.tar.gz")]),
+    # A cold verify --static, today's code vs the commit before the FP4 early stop (issue 71 item 4), alternately.
+    "bench/house_speed/results/verify_cold.json": ("bench/house_speed/verify_cold.py", [
+        "report", *(f for label, wheel in (("upstream", "sgl_kernel-0.3.21"), ("upstream-b", "sgl_kernel-0.3.21"),
+                                           ("own-12.0a", "sgl_kernel-0.3.21+cu130.torch2.14.sm120a.g6ffc74e.pe29f8d"))
+                    for f in raw("house_speed", f"local-2c-2026-12-07-{label}", "meta.json",
+                                 *(f"{wheel}-{side}-{n}.json" for side in ("baseline", "ours") for n in (1, 2))))]),
 }
 
 # Each study's picture -> the script that draws it (from the raw packs or results above); byte-stable SVG.
