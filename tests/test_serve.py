@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.verify.report import RECORD_SUFFIX
 from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # PyPI: sglang and what its parser imports
@@ -66,9 +65,12 @@ def serve_env(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -
     (bare / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     recipe = serve_recipe(root, bare)
     out = tmp_path_factory.mktemp("serve-wheels")
-    # The bytes the cache holds now, with the verdict the session's verify wrote for them (serve checks its sha256).
-    for name in (demo_build.wheel.name, demo_build.wheel.name + RECORD_SUFFIX):
-        shutil.copy2(demo_build.out / name, out / name)
+    shutil.copy2(demo_build.wheel, out / demo_build.wheel.name)  # the bytes the cache holds now
+    # Verified again, not the session's record copied: a test of the group may have rebuilt demo_build.out's
+    # wheel since (test_force_recompiles_everything), and serve refuses a wheel changed since its record.
+    verified = run_cli("verify", str(out / demo_build.wheel.name), "--recipe", "demo", "--arch", "12.0a",
+                       "--cache-dir", str(demo_build.cache))
+    assert verified.returncode == 0, verified.stderr
     env = ServeEnv(root, demo_build, "", bare, out)
     proc = env.cli(recipe, "--install", "--flags-only", "--json")
     assert proc.returncode == 0, proc.stderr
