@@ -397,8 +397,12 @@ def test_doctor_names_the_package_whose_torch_changed(cppext_build: CppextBuild,
     older = _env_with_torch(tmp_path / "older", cppext_build.wheel, "2.13.0+cu130")
     bad = run_cli("doctor", "--installed", "--python", older, "--recipe", "demo-cppext", "--arch", "12.0a", "--json")
     assert bad.returncode == 7, bad.stdout + bad.stderr
-    verdict = json.loads(bad.stdout)["verdict"]
-    assert "was built against torch 2.14.1+cu130; this torch is 2.13.0+cu130" in verdict
+    report = json.loads(bad.stdout)
+    verdict = report["verdict"]
+    # The wheel's own torch requirement (Requires-Dist) first, the torch its provenance names beside it.
+    assert "minicppext 0.1.0+cu130.torch2.14" in verdict and "requires torch==2.14.1; this torch is 2.13.0+cu130" in verdict
+    assert [p["text"] for p in report["problems"]] == ["requires torch==2.14.1; this torch is 2.13.0+cu130",
+                                                       "was built against torch 2.14.1+cu130; this torch is 2.13.0+cu130"]
     assert "build-kernel --recipe demo-cppext --arch 12.0a" in verdict
     # Without a recipe, doctor examines its default package and lists every other stale one with its fix.
     other = run_cli("doctor", "--installed", "--python", older, "--arch", "12.0a", "--json")
