@@ -140,7 +140,9 @@ BUILD_KERNEL_API_KEY_FILE=$KEY_FILE serve_and_ask keyed 30000 \
 # 2. the unit's restrictions, as far as this host allows.
 if [ "$UNIT" = 1 ]; then
   U=/tmp/bk-unit; rm -rf "$U"; mkdir -p "$U/state" "$U/cache" "$U/credentials" "$U/model"
-  cp -r "$MODEL"/. "$U/model/"; chmod -R a-w "$U/model"; chmod a+rx "$U/model"          # read-only, root's
+  # read-only, root's, readable by the service user: transformers writes the weights 0600 (its first GPU run: sglang
+  # as nobody could not open model.safetensors, which safetensors reports as "No such file or directory")
+  cp -r "$MODEL"/. "$U/model/"; chmod -R a+rX,a-w "$U/model"
   cp "$REPO/build_kernel/stages/serve/keyed/launch_with_key.py" "$U/launch_with_key.py"  # the repo may be under /root
   install -m 0400 -o nobody "$KEY_FILE" "$U/credentials/api-key"                         # as LoadCredential= leaves it
   chown -R nobody "$U/state" "$U/cache"; chmod 0755 "$U"
