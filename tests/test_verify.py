@@ -59,11 +59,15 @@ def test_cli_table_and_json_agree(demo_build: DemoBuild) -> None:
     assert data["passed"] is True and data["asked"] == ["sm_120a"]
 
 
-def test_missing_op_fails(demo_build: DemoBuild) -> None:
+def test_missing_op_fails(demo_build: DemoBuild, tmp_path: Path) -> None:
+    # A copy: verify writes its (failed) record beside the wheel, and the session wheel's passing record is what
+    # the other tests of the demo_build group read (publish of a copy with its record, serve).
+    wheel = Path(shutil.copy2(demo_build.wheel, tmp_path))
     spec = replace(DEMO.verify, ops=(*DEMO.verify.ops, "scaled_fp4_experts_quant"))
-    report = verify.verify(demo_build.wheel, spec, ARCH, env=os.environ)
+    report = verify.verify(wheel, spec, ARCH, env=os.environ)
     assert not report.passed
     assert "ops missing from torch.ops.minikernel: scaled_fp4_experts_quant" in report.failures
+    assert json.loads(demo_build.wheel.with_name(demo_build.wheel.name + ".verify.json").read_text())["passed"]
 
 
 def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Path) -> None:
