@@ -7,6 +7,7 @@ halfway, to prove the folder is left exactly as it was.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -64,23 +65,22 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: 
     raise RuntimeError(f"pypiserver did not answer on port {port} in {timeout:g} s: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="module")
-def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
-    """A real pypiserver: uploads need alice's password (htpasswd), downloads are open."""
+@contextlib.contextmanager
+def pypiserver(root: Path, password: str, authenticate: str = "update") -> Iterator[Index]:
+    """A real pypiserver over `root/packages`: the actions in `authenticate` need alice's `password` (htpasswd)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # passlib imports the deprecated `crypt`
         from passlib.apache import HtpasswdFile
-    root = tmp_path_factory.mktemp("pypi")
     packages = root / "packages"
     packages.mkdir()
     htpasswd = HtpasswdFile(str(root / "htpasswd"), new=True)
-    htpasswd.set_password(USER, PASSWORD)
+    htpasswd.set_password(USER, password)
     htpasswd.save()
     port = free_port()
     log = root / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1", "-a", "update",
+            [sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1", "-a", authenticate,
              "-P", str(root / "htpasswd"), "--disable-fallback", str(packages)],
             stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -93,6 +93,13 @@ def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    """A real pypiserver: uploads need alice's password (htpasswd), downloads are open."""
+    with pypiserver(tmp_path_factory.mktemp("pypi"), PASSWORD) as index:
+        yield index
 
 
 def clean_env(**extra: str) -> dict[str, str]:

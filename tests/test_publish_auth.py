@@ -9,9 +9,6 @@ Real pypiserver, twine and pip; keyring's backend is a TEST DOUBLE (tests/keyrin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -21,7 +18,7 @@ import pytest
 from build_kernel.errors import PublishError
 from build_kernel.stages import publish as pub
 from tests.conftest import REPO_ROOT, run_cli
-from tests.test_publish import LOCAL, USER, Index, clean_env, free_port, listing, make_wheel, wait_for_port
+from tests.test_publish import LOCAL, USER, Index, clean_env, listing, make_wheel, pypiserver
 
 PASSWORD = "L0cked-index/pa55word!"  # a '/' and a '!': percent-encoded inside a URL, which is looked for too
 SECRETS = (PASSWORD, quote(PASSWORD, safe=""))
@@ -30,26 +27,8 @@ SECRETS = (PASSWORD, quote(PASSWORD, safe=""))
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """pypiserver `-a update,download,list`: nothing, not even the simple page, without the password."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # passlib imports the deprecated `crypt`
-        from passlib.apache import HtpasswdFile
-    root = tmp_path_factory.mktemp("locked-pypi")
-    packages = root / "packages"
-    packages.mkdir()
-    htpasswd = HtpasswdFile(str(root / "htpasswd"), new=True)
-    htpasswd.set_password(USER, PASSWORD)
-    htpasswd.save()
-    port, log = free_port(), root / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1",
-                                 "-a", "update,download,list", "-P", str(root / "htpasswd"), "--disable-fallback",
-                                 str(packages)], stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_for_port(port, proc, log)
-            yield Index(f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port}/simple/", packages)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with pypiserver(tmp_path_factory.mktemp("locked-pypi"), PASSWORD, "update,download,list") as index:
+        yield index
 
 
 def _home(tmp_path: Path, **extra: str) -> dict[str, str]:
