@@ -87,6 +87,8 @@ model = "$BF16"
 ${SERVE_PYTHON:+python = \"$SERVE_PYTHON\"}
 args = ["--tp-size", "1"$1]
 host = "127.0.0.1"
+# Loopback on a throwaway host: no key (the shipped recipes' key file would have to exist before --launch).
+api_key_file = ""
 port = 30000
 health_timeout_s = 900
 bench_concurrency = [1, 32]
