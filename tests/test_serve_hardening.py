@@ -193,9 +193,19 @@ def _ask(url: str, key: str | None) -> int:
         return 0  # not up yet
 
 
-def test_the_wrapper_hands_the_key_to_the_server_and_no_one_else(tmp_path: Path) -> None:
+# Ids of their own: a key in the test's id would be in the server's environment (PYTEST_CURRENT_TEST), where the
+# test makes sure no key is.
+@pytest.mark.parametrize("given", [pytest.param("", id="generated"),
+                                   pytest.param("-starts-with-a-dash-as-1-in-64-generated-keys-do", id="dash")])
+def test_the_wrapper_hands_the_key_to_the_server_and_no_one_else(tmp_path: Path, given: str) -> None:
+    """`given`: a key of the user's; "" makes one. A key starting with '-' once stopped the server (argparse took it
+    for an option: CI saw it with a generated key)."""
     key_file = tmp_path / "api-key"
-    api_key.ensure(key_file)
+    if given:
+        key_file.write_text(given + "\n")
+        key_file.chmod(0o600)
+    else:
+        api_key.ensure(key_file)
     key = api_key.read(key_file)
     port, log = _free_port(), tmp_path / "server.log"
     argv = [sys.executable, str(api_key.WRAPPER), "sglang_double", "--model-path", str(tmp_path), "--host",

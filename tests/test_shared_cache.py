@@ -193,6 +193,26 @@ def test_dist_config_writes_a_farm(tmp_path: Path) -> None:
     assert oct(Path(out["scheduler"]).stat().st_mode & 0o777) == "0o600"
 
 
+def test_dist_config_takes_a_signing_key_that_starts_with_a_dash(tmp_path: Path) -> None:
+    """1 in 64 of sccache-dist's base64 keys starts with '-'; passed as a word of its own, clap took it for a flag
+    and `cache dist-config` failed (CI saw it). The real sccache-dist, its key generation made to give such a key."""
+    _need("sccache-dist")
+    from build_kernel.compile_cache import dist
+
+    real = shutil.which("sccache-dist", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert real is not None
+    shim = tmp_path / "sccache-dist"
+    shim.write_text(f"""#!/bin/sh
+if [ "$2" = generate-jwt-hs256-key ]; then key=$("{real}" auth generate-jwt-hs256-key); echo "-${{key#?}}"; exit 0; fi
+exec "{real}" "$@"
+""")
+    shim.chmod(0o755)
+    farm = dist.farm_configs(tmp_path / "farm", "127.0.0.1:10600", ["127.0.0.1:10501"], sccache_dist=str(shim))
+    assert 'secret_key = "-' in farm.scheduler.read_text()
+    [server] = farm.servers
+    assert 'token = "ey' in server.read_text()
+
+
 # ---- slow: real builds of the miniature -------------------------------------------------------------
 
 @pytest.mark.slow

@@ -101,7 +101,8 @@ def farm_configs(out: Path, scheduler_addr: str, server_addrs: Sequence[str], *,
         f"token = {_toml_str(client_token)}\n\n[server_auth]\ntype = \"jwt_hs256\"\nsecret_key = {_toml_str(key)}\n"))]
     servers = []
     for addr in server_addrs:
-        token = run("generate-jwt-hs256-server-token", "--secret-key", key, "--server", addr)
+        # `--secret-key=KEY`, one word: a base64 key starting with '-' (1 in 64) read as two words is a flag to clap.
+        token = run("generate-jwt-hs256-server-token", f"--secret-key={key}", "--server", addr)
         path = out / f"server-{addr.replace(':', '-')}.conf"
         servers.append(path)
         files.append((path, (

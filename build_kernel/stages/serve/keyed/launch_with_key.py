@@ -49,7 +49,8 @@ def main() -> None:
         sys.exit(f"launch_with_key.py: the API key file {path} is empty")
     sys.stdout, sys.stderr = Redacting(sys.stdout, key), Redacting(sys.stderr, key)
     module, args = sys.argv[1], sys.argv[2:]
-    sys.argv = [module, *args, "--api-key", key]
+    # One word: a key starting with '-' (1 in 64 of token_urlsafe's) as a word of its own is an option to argparse.
+    sys.argv = [module, *args, f"--api-key={key}"]
     sys.path[0] = os.getcwd()  # as under `python -m`: the current folder first, not this script's
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
