@@ -17,6 +17,8 @@
 #                               f866ec34 for sgl-attn bcf72ccc, which no public snapshot holds)
 #   .device/h9s.toml            nightly-cu130 as shipped, 9.0a, with the same host lines (and its one no-network test)
 #   .device/h9u.toml            the unpruned reference (nightly-cu130-unpruned) for 9.0a, FA3 off, the same host lines
+#   .device/h9nofa.toml         nightly-cu130-pruned for 9.0a, FA3 off, the same host lines: the smallest wheel that
+#                               serves the tiny Llama (serving/api_key_on_gpu_host.sh in a short hold)
 #   .device/gitenv.sh           git's url.<snapshot>.insteadOf=<public URL> through GIT_CONFIG_COUNT; a file://
 #                               upload-pack gets its filter/SHA-want settings through remote.origin.uploadpack
 #                               (git clears GIT_CONFIG_* for local transports)
@@ -152,6 +154,26 @@ EOF
 
 # The triton_kernels stand-in, tagged v3.5.1 (0.3.21's pin) and v3.6.0 (0.4.3's); fixed dates: the same commit every
 # time.
+# The smallest 9.0a wheel real sglang serves the tiny Llama with (triton attention): FA3 off (serving/api_key_on_gpu_host.sh
+# with RECIPE=.device/h9nofa.toml in a short hold).
+cat > "$D/h9nofa.toml" <<EOF
+extends = "nightly-cu130-pruned"
+description = "nightly-cu130-pruned on the GPU host, 9.0a, FA3 off (host lines only)"
+
+[toolchain]
+torch = "existing"
+cuda_source = "system"
+
+[build]
+arch = ["9.0a"]
+fp4 = false
+
+[build.defines]
+SGL_KERNEL_FA3 = "OFF"
+
+$FA
+EOF
+
 rm -rf "$D/triton-src" && mkdir -p "$D/triton-src/python/triton_kernels/triton_kernels"
 echo "# Stand-in for triton v3.5.1's python/triton_kernels: sgl-kernel only installs this folder." \
   > "$D/triton-src/python/triton_kernels/triton_kernels/__init__.py"
