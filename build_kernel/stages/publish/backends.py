@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ from build_kernel.errors import BuildKernelError, PublishError
 from build_kernel.stages.publish import index_page
 from build_kernel.stages.publish.credentials import credential_env_names
 from build_kernel.stages.publish.targets import Target
+from build_kernel.stages.verify.report import sha256_of
 
 UPLOAD_TIMEOUT_S = 600.0
 
@@ -39,24 +39,16 @@ class Backend(Protocol):
         """Publish one wheel; return `uploaded`/`copied`/`unchanged`/`skipped`; raise PublishError."""
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def already_there(target: Target, wheel: Path, version: str, there: str | None, *, skip_existing: bool) -> str:
     """What a version already on the target means: the same bytes are a success (`unchanged`); other
     bytes are refused (or, with --skip-existing, `skipped` and refused by the install-back's comparison);
     unknown bytes (`there` None: the index gives no hash) are `unchanged` until the install-back compares."""
-    if there is None or there == file_sha256(wheel):
+    if there is None or there == (here := sha256_of(wheel)):
         return UNCHANGED
     if skip_existing:
         return "skipped"
     raise target.fail(f"version {version} is already on {target.label} with other bytes ({wheel.name}: sha256 "
-                      f"{there[:12]}… there, {file_sha256(wheel)[:12]}… here)",
+                      f"{there[:12]}… there, {here[:12]}… here)",
                       "bump the build (a new local version label) and publish again; the fleet installs the "
                       "bytes already there")
 
@@ -215,7 +207,7 @@ class StaticDirBackend:
         with _dir_lock(root):
             dest = root / wheel.name
             if dest.exists():
-                return already_there(t, wheel, version, file_sha256(dest), skip_existing=skip_existing)
+                return already_there(t, wheel, version, sha256_of(dest), skip_existing=skip_existing)
             self._add(wheel, dest, created=created)
         return "copied"
 
