@@ -58,6 +58,8 @@ class Plan:
     fa3: fa3_variants.Variants = fa3_variants.ALL
     # Which archs exist, as the toolkit the build would find lists them (or CUDA 13.0's list without one).
     toolkit: targets.Toolkit | None = None
+    # A nightly's date (`20261207`, build-kernel nightly): the version gets `.dev20261207` (builder/devrelease.py).
+    version_dev: str = ""
     # The environment the plan was resolved in: the base of every child's environment.
     # Stage code reads this, never os.environ.
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -25,6 +25,7 @@ from build_kernel.stages import Context, Done
 from build_kernel.stages.builder import (
     backends,
     cache,
+    devrelease,
     key_history,
     provenance,
     runner,
@@ -145,7 +146,8 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(tree.project, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     backends.keep_across_copy(backend.kept(src), work / "kept", restore=True)
-    version = f"{backend.read_version(src)}+{provenance.local_label(plan, selected.facts, tree)}"
+    base = devrelease.stamp(backend.read_version(src), plan.version_dev)
+    version = f"{base}+{provenance.local_label(plan, selected.facts, tree)}"
     backend.stamp_version(src, version)
     # Chosen first: under the jobserver a backend's ninja wrapper leaves out the caller's -j.
     sched = scheduling.choose(plan, selected.facts.ninja_version, work, scheduling.strip_roots(src, defines))

@@ -65,6 +65,8 @@ def inputs(plan: Plan, facts: toolchain.Facts, tree: Tree, defines: dict[str, st
                                                   "ninja_version", "gcc_version", "python_version")},
         "env": plan.recipe.build.env,
         "toolkit": dict(toolkit.packages) if toolkit else None,
+        # A nightly's date is in its version: another night's wheel of the same inputs is another wheel.
+        **({"version_dev": plan.version_dev} if plan.version_dev else {}),
     }
 
 
