@@ -74,7 +74,9 @@ def message_for(exc: BaseException) -> ErrorMessage:
         first, *rest = exc.format_message().splitlines() or [""]
         line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
         parser = type(exc) is not click.UsageError
-        where = f"see '{ctx.command_path} --help'" if parser and isinstance(ctx, click.Context) else None
+        # click's parser raises some without a context ("requires an argument"): still a way to the help.
+        where = (f"see '{ctx.command_path} --help'" if isinstance(ctx, click.Context) else "see the command's --help") \
+            if parser else None
         return ErrorMessage("UsageError", exc.exit_code, (f"{line} ({where})" if where else line,), where)
     hint = "an unexpected error: rerun with --debug for the traceback, and report it"
     return ErrorMessage("InternalError", INTERNAL_EXIT, (f"{_describe(exc)} ({hint})",), hint)
