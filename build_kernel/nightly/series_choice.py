@@ -1,0 +1,139 @@
+"""Which series version a night builds: the newest of the recipe's series that applies whole at tonight's commit
+(patch health's machinery: the same scratch clone, `check_series`, the Applied-Upstream headers); the patches
+upstream made unnecessary (retired); and, when none applies, the conflicting patch and hunk with the first
+upstream commit that broke it, bisected between the last good night and tonight as `git bisect` would, over
+the first-parent commits that touch the series' files (the series' state can change only where one does).
+
+Versions are the folders `patches/<series>/v<N><rest>` with the recipe's own `<rest>` (`v12-unpruned` is
+compared with `v11-unpruned`, never with `v12`), newest N first.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from build_kernel import log
+from build_kernel.plan import Plan
+from build_kernel.series import Series, load_series
+from build_kernel.stages.fetch import remote as fetch
+from build_kernel.stages.patch import apply as patches
+from build_kernel.stages.patch import upstreamed
+from build_kernel.stages.patch.health import _Fetcher, _Tree
+from build_kernel.stages.patch.healthrows import SeriesAt
+from build_kernel.stages.patch.mirrorgit import is_ancestor, out
+
+_VERSION = re.compile(r"^v(\d+)(.*)$")
+_WHOLE = (patches.APPLIES, patches.OFFSET)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    patch: str
+    hunk: str
+    first_bad_commit: str | None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"patch": self.patch, "hunk": self.hunk, "first_bad_commit": self.first_bad_commit}
+
+
+@dataclass(frozen=True)
+class Choice:
+    chosen: Series | None
+    reference: Series  # the last good night's series (else the recipe's): what retired and conflicts are of
+    retired: tuple[str, ...]
+    conflict: Conflict | None
+    tried: tuple[tuple[str, str], ...] = field(default=())  # (version, why not) of the newer ones passed over
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.chosen.name if self.chosen else None,
+                "version": self.chosen.directory.name if self.chosen else None,
+                "retired": list(self.retired), "conflict": self.conflict.to_dict() if self.conflict else None}
+
+
+def versions(plan: Plan) -> list[Series]:
+    """The recipe's series' versions of its own shape, newest first (the recipe's alone when it is not `vN...`)."""
+    own = plan.series.directory
+    m = _VERSION.match(own.name)
+    if m is None:
+        return [plan.series]
+    found = []
+    for folder in own.parent.iterdir():
+        v = _VERSION.match(folder.name)
+        if v and v.group(2) == m.group(2) and (folder / "series").is_file():
+            found.append((int(v.group(1)), folder))
+    return [load_series(folder) for _, folder in sorted(found, reverse=True)]
+
+
+def series_named(plan: Plan, version: str) -> Series:
+    return load_series(plan.series.directory.parent / version)
+
+
+def _files(series: Series, subdir: str) -> list[str]:
+    names = {f.path for p in series.patches for f in patches.read_diff(p.path)}
+    return sorted(f"{subdir}/{n}" if subdir else n for n in names)
+
+
+def first_bad(tree: _Tree, series: Series, good: str, bad: str, subdir: str) -> str | None:
+    """The first first-parent commit after `good` (applies) up to `bad` (does not) where `series` stops applying;
+    None when `good` is no ancestor of `bad` (a rewritten branch: nothing to bisect)."""
+    env = tree.env
+    if not is_ancestor(tree.mirror, good, bad, env):
+        return None
+    commits = out(tree.mirror, "log", "--first-parent", "--format=%H", "--reverse", f"{good}..{bad}", "--",
+                  *_files(series, subdir), env=env).split()
+    if not commits:
+        return bad
+    lo, hi, checked = 0, len(commits) - 1, 0
+    while lo < hi:  # the state at `bad` is the state at the last commit that touched the files
+        mid, checked = (lo + hi) // 2, checked + 1
+        if SeriesAt(series.name, tree.check(commits[mid], series)).applies:
+            lo = mid + 1
+        else:
+            hi = mid
+    log.info(f"  first bad commit: {commits[lo][:12]} (of {len(commits)} commit(s) touching the series' files "
+             f"after {good[:12]}, {checked} checked)")
+    return commits[lo]
+
+
+def _retired(tree: _Tree, reference: Series, statuses: Sequence[patches.PatchStatus], commit: str) -> tuple[str, ...]:
+    """The reference series' patches upstream has at `commit`: verbatim (reverse applies) or by its declared fix."""
+    fixes = upstreamed.resolve(reference.patches, tree)
+    declared = set(upstreamed.fixed_at(commit, fixes, tree))
+    return tuple(s.name for s in statuses if s.state == patches.UPSTREAM or s.name in declared)
+
+
+def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offline: bool = False) -> Choice:
+    """The newest version that applies whole at `commit`; else the reference's conflict and its first bad commit
+    after `good` (the last good night's commit, or None: nothing to bisect from)."""
+    src = plan.recipe.source
+    url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
+    get = _Fetcher(plan, url, offline)
+    pyproject = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
+    mirror, _ = get(commit, src.paths)
+    tried: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="bk-nightly-") as tmp:
+        tree = _Tree(get, mirror, Path(tmp) / "tree", pyproject)
+        chosen = None
+        for series in versions(plan):
+            at = SeriesAt(series.name, tree.check(commit, series))
+            if at.applies:
+                chosen = series
+                break
+            tried.append((series.directory.name, at.why_not()))
+        ref_statuses = tree.check(commit, reference)
+        retired = _retired(tree, reference, ref_statuses, commit)
+        conflict = None
+        if chosen is None:
+            # The reference's first patch that stops it (else, where it applies but is no candidate, the newest's).
+            failing = [s for s in ref_statuses if s.state not in _WHOLE] or [
+                s for s in tree.check(commit, versions(plan)[0]) if s.state not in _WHOLE]
+            stop = failing[0]
+            bad = first_bad(tree, reference, good, commit, src.subdir) if good else None
+            conflict = Conflict(stop.name, stop.detail or stop.state, bad)
+    for version, why in tried:
+        log.info(f"  series {version}: {why}")
+    return Choice(chosen, reference, retired, conflict, tuple(tried))
