@@ -102,6 +102,12 @@ def resolve(plan: Plan, *, upgrade: bool) -> list[Entry]:
     return entries
 
 
+def nightly(plan: Plan) -> list[Entry]:
+    """The recipe's `nightly` wheel pins resolved again (as `lock --upgrade` does them), nothing written: what a
+    night of `build-kernel nightly` moves (an entry's `write` applies it)."""
+    return [_wheel(plan, pin, True) for pin in wheelpins.of(plan) if pin.pin == wheelpins.NIGHTLY]
+
+
 def lock(plan: Plan, *, upgrade: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Resolve, then (unless `dry_run`) write what changed; the result as `lock` prints it."""
     entries = resolve(plan, upgrade=upgrade)
