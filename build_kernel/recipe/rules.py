@@ -162,7 +162,8 @@ def _check(r: Recipe, problems: _Problems, where: Any) -> None:
             problems.add(where(key, "paths"), f"{key}.paths", "only with repo + commit (a local path is used whole)")
         for sub in dep.paths:
             if sub.startswith("/") or ".." in sub.split("/") or not sub.strip("/"):
-                problems.add(where(key, "paths"), f"{key}.paths", f"{sub!r} is not a folder inside the repository")
+                problems.add(where(key, "paths"), f"{key}.paths", f"{sub!r} is not a folder inside the repository "
+                             "(give a path from the repository's root, e.g. \"include\")")
 
 
 def _uppercase(commit: str) -> str:
