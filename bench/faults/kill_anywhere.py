@@ -106,8 +106,11 @@ _MARK = re.compile(r"^([▶✓✗]) (\S+)")
 def _env(work: Path) -> dict[str, str]:
     # The demo's folders inside the work folder (make demo's are ~/.cache/build-kernel and wheels/); the
     # recipe's [publish] target wheels/published is relative to the current folder, the work folder.
+    # TMPDIR too: what a killed run leaves in the temporary folder (nvcc's tmpxft files, a venv of the
+    # install-back) is counted per point, apart from the cache, output and index.
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
     return {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "BUILD_KERNEL_CACHE_DIR": str(work / "cache"),
-            "BUILD_KERNEL_OUTPUT_DIR": str(work / "wheels")}
+            "BUILD_KERNEL_OUTPUT_DIR": str(work / "wheels"), "TMPDIR": str(work / "tmp")}
 
 
 def _stage_of(line: str) -> tuple[str, str] | None:
@@ -270,11 +273,12 @@ def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]
             tree = _descendants(run.proc.pid)
             killed_at = time.monotonic() - run.start
             os.killpg(run.proc.pid, signal.SIGKILL)
-            for pid, (pgid, name) in tree.items():
-                if pgid != run.proc.pid:  # left the group (setsid): a real crash takes it too
-                    escaped.append(name)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            # Descendants in groups of their own (the compile governor starts each compile in one): a real
+            # crash takes them too. Their whole groups, so a child they started since the scan goes as well.
+            for pgid in sorted({g for g, _ in tree.values()} - {run.proc.pid}):
+                escaped += sorted({n for g, n in tree.values() if g == pgid})
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
     first_code = run.finish()
     in_stage = next((f"{k}{s}" for t, k, s in reversed(run.marks) if killed_at is None or t <= killed_at), "")
     after_kill = snapshot(folder)
@@ -293,6 +297,7 @@ def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]
     return {**point, "delay_s": round(delay, 2), "killed_at_s": None if killed_at is None else round(killed_at, 2),
             "finished_before_kill": finished_first, "last_mark": in_stage, "escaped": sorted(escaped),
             "first_exit": first_code, "leftovers_after_kill": _leftovers(after_kill, ref),
+            "tmp_after_kill": after_kill["tmp"],
             "rerun_exit": rerun.returncode, "rerun_s": round(rerun_s, 1),
             "rerun_error": _error_line(rerun.stdout + rerun.stderr) if rerun.returncode else "", **verdict}
 
@@ -333,7 +338,7 @@ def snapshot(folder: Path) -> dict[str, Any]:
     named = []
     for p in folder.rglob("*"):
         rel = p.relative_to(folder)
-        if rel.parts[:2] == ("cache", "build") and len(rel.parts) > 3:
+        if rel.parts[0] == "tmp" or (rel.parts[:2] == ("cache", "build") and len(rel.parts) > 3):
             continue  # CMake's own build tree (its files are the build's business, not this tool's state)
         if LEFTOVER.search(p.name):
             named.append(str(rel))
@@ -346,6 +351,7 @@ def snapshot(folder: Path) -> dict[str, Any]:
         "published": {w.name: {"sha256": hashlib.sha256(w.read_bytes()).hexdigest(), "content": _wheel_content(w)}
                       for w in published},
         "index": index, "pages": pages, "named": sorted(named),
+        "tmp": sorted(p.name for p in (folder / "tmp").iterdir()) if (folder / "tmp").is_dir() else [],
     }
 
 
@@ -371,7 +377,9 @@ def compare(snap: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
         index_content = pages == ref["pages"] and wheels_same
     return {"wheel_bytes": same("wheels", "sha256"), "wheel_content": same("wheels", "content"),
             "published_bytes": same("published", "sha256"), "published_content": same("published", "content"),
-            "index_bytes": index_bytes, "index_content": index_content, "leftovers": _leftovers(snap, ref)}
+            "index_bytes": index_bytes, "index_content": index_content, "leftovers": _leftovers(snap, ref),
+            # The temporary folder (TMPDIR) is not the cache, output or index: counted, not in the verdict.
+            "tmp_left": sorted(set(snap["tmp"]) - set(ref["tmp"]))}
 
 
 # ---- the command --------------------------------------------------------------------------------------------
@@ -449,6 +457,8 @@ def report(raw: Path, out: Path) -> None:
         "index_content_identical": sum(bool(r["index_content"]) for r in ran),
         "with_leftovers": sum(bool(r["leftovers"]) for r in ran),
         "leftovers_right_after_kill": sum(bool(r["leftovers_after_kill"]) for r in ran),
+        "tmpdir_entries_left_after_rerun": sum(len(r["tmp_left"]) for r in ran),
+        "points_leaving_tmpdir_entries": sum(bool(r["tmp_left"]) for r in ran),
         "killed_while_running": sum(not r["finished_before_kill"] for r in ran),
         "escaped_the_group": sorted({n for r in ran for n in r["escaped"]}),
         "by_last_mark": dict(sorted(by_stage.items())),
