@@ -59,19 +59,27 @@ def _interrupted(exc: BaseException) -> Interrupted | None:
     return Interrupted(during or (log.interrupted_step[0] if log.interrupted_step else None))
 
 
+def printable_lines(text: str) -> tuple[str, ...]:
+    """The message's lines, a character a terminal would act on (a control character, a line or paragraph
+    separator, from a recipe key or a word of the command line) written as its escape: a problem stays one
+    line, and a key cannot move the cursor."""
+    return tuple("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
+                 for line in text.split("\n"))
+
+
 def message_for(exc: BaseException) -> ErrorMessage:
     """The message of any exception the CLI can end in."""
     if (interrupted := _interrupted(exc)) is not None:
         return ErrorMessage("Interrupted", interrupted.exit_code, (interrupted.render(),))
     if isinstance(exc, BuildKernelError):
-        return ErrorMessage(type(exc).__name__, exc.exit_code, tuple(exc.render().splitlines()), exc.hint)
+        return ErrorMessage(type(exc).__name__, exc.exit_code, printable_lines(exc.render()), exc.hint)
     if isinstance(exc, click.exceptions.Abort):
         return ErrorMessage("Aborted", ABORTED_EXIT, ("aborted",))
     if isinstance(exc, click.ClickException):
         ctx = getattr(exc, "ctx", None)
         # click's own rendering is a usage block and a blank line: one line instead. Ours (a plain UsageError)
         # say their fix; the parser's (no such option, a bad or missing value) get the way to the command's help.
-        first, *rest = exc.format_message().splitlines() or [""]
+        first, *rest = printable_lines(exc.format_message()) or [""]
         line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
         parser = type(exc) is not click.UsageError
         # click's parser raises some without a context ("requires an argument"): still a way to the help.
