@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from build_kernel import atomic, process
-from build_kernel.errors import ServeError
+from build_kernel.errors import BuildKernelError, ServeError
 
 _SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
@@ -33,6 +33,9 @@ def _quote(word: str) -> str:
         return word
     escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$")
     return f'"{escaped}"'
+
+
+quote = _quote  # the same words in other units (build-kernel nightly's service)
 
 
 def render(argv: Sequence[str], env: Mapping[str, str], *, name: str, description: str, timeout_s: float,
@@ -112,21 +115,24 @@ def exposure(text: str, name: str, env: Mapping[str, str]) -> float | None:
     return float(found[1])
 
 
-def verify(text: str, name: str, env: Mapping[str, str]) -> str | None:
-    """`systemd-analyze verify` on the unit: None when it passes, "not checked: ..." without systemd."""
+def verify(text: str, name: str, env: Mapping[str, str], *, also: Mapping[str, str] | None = None,
+           error: type[BuildKernelError] = ServeError, hint: str = "fix [serve] (python, env) in the recipe") -> str | None:
+    """`systemd-analyze verify` on the unit: None when it passes, "not checked: ..." without systemd. `also`: more
+    units checked with it (file name -> text: a timer and the service it starts); `error`/`hint`: the caller's."""
     tool = shutil.which("systemd-analyze", path=env.get("PATH"))
     if tool is None:
         return "not checked: systemd-analyze is not installed (apt install systemd)"
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.service"
-        path.write_text(text)
-        proc = process.run([tool, "verify", path], error=ServeError, what="checking the unit with systemd-analyze",
+        paths = [Path(tmp) / f"{name}.service", *(Path(tmp) / file for file in (also or {}))]
+        for path, body in zip(paths, [text, *(also or {}).values()], strict=True):
+            path.write_text(body)
+        proc = process.run([tool, "verify", *paths], error=error, what="checking the unit with systemd-analyze",
                            env=env, timeout=120, check=False)
     # It also reports other units of the host; only lines about ours count.
     ours = [ln for ln in (proc.stdout + proc.stderr).splitlines() if name in ln]
     if proc.returncode != 0 or ours:
-        raise ServeError(f"systemd-analyze verify refuses the unit: {(ours or ['exit ' + str(proc.returncode)])[0]}",
-                         hint="fix [serve] (python, env) in the recipe")
+        raise error(f"systemd-analyze verify refuses the unit: {(ours or ['exit ' + str(proc.returncode)])[0]}",
+                    hint=hint)
     return None
 
 
