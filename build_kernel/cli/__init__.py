@@ -62,9 +62,9 @@ def cli(ctx: click.Context, force: bool, dry_run: bool, gpu_check: str, recheck:
 
 
 def _register() -> None:
-    from build_kernel.cli import info, lock, nightly_history, patch, proof, serve, stages, upstream_tests
+    from build_kernel.cli import info, lock, nightly, nightly_history, patch, proof, serve, stages, upstream_tests
 
-    for module in (info, lock, stages, upstream_tests, proof, serve, nightly_history):
+    for module in (info, lock, stages, upstream_tests, proof, serve, nightly, nightly_history):
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(patch.patch_group)
