@@ -8,6 +8,7 @@ leaves only a `.partial-` sibling, which `sweep` removes (under the caller's loc
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -47,6 +48,19 @@ def folder(final: Path, *, replace: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# What write_bytes and copy_file name their temporary files: `.NAME.` + mkstemp's 8 characters + `.tmp`.
+_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def sweep_files(folder: Path) -> list[Path]:
+    """Remove the temporary files that killed `write_bytes`/`copy_file` calls left in `folder` (a SIGKILL
+    runs no `except`); return them. Call it holding the lock under which that folder is written."""
+    stale = [p for p in folder.glob(".*.tmp") if _TEMP.match(p.name) and p.is_file()] if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def write_text(path: Path, text: str) -> None:

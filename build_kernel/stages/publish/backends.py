@@ -189,6 +189,13 @@ def _restore(folder: Path, files: dict[Path, bytes], dirs: set[Path]) -> None:
             folder.rmdir()
 
 
+def _sweep(root: Path) -> None:
+    """What a killed publish left: temporary files of the wheel's copy and of the pages (under the folder's lock,
+    so no other publish is writing them now)."""
+    for folder in (root, root / "simple", *((root / "simple").glob("*/") if (root / "simple").is_dir() else ())):
+        atomic.sweep_files(folder)
+
+
 class StaticDirBackend:
     """A folder of wheels with its PEP 503 `simple/` pages; all or nothing per wheel."""
 
@@ -205,11 +212,21 @@ class StaticDirBackend:
             raise t.fail(f"cannot create the static index folder {root}: {exc.strerror}",
                          "check the path and its permissions") from None
         with _dir_lock(root):
+            _sweep(root)
             dest = root / wheel.name
             if dest.exists():
-                return already_there(t, wheel, version, sha256_of(dest), skip_existing=skip_existing)
+                status = already_there(t, wheel, version, sha256_of(dest), skip_existing=skip_existing)
+                # A publish killed between the wheel's copy and its pages left the wheel unlisted: finished now
+                # (the pages are written from the folder's wheels; unchanged pages are written byte for byte).
+                self._pages(root)
+                return status
             self._add(wheel, dest, created=created)
         return "copied"
+
+    def _pages(self, root: Path) -> None:
+        static_index.regenerate(root)
+        for page in (root / "simple").rglob("index.html"):
+            page.chmod(0o644)  # a web server running as another user must read the pages
 
     def remove(self, name: str) -> None:
         """Take a wheel this run copied in out again (it did not install back) and regenerate the pages."""
@@ -230,9 +247,7 @@ class StaticDirBackend:
         try:
             atomic.copy_file(wheel, dest)
             dest.chmod(0o644)
-            static_index.regenerate(root)
-            for page in simple.rglob("index.html"):
-                page.chmod(0o644)  # a web server running as another user must read the pages
+            self._pages(root)
         except BaseException as exc:
             dest.unlink(missing_ok=True)
             _restore(simple, files, dirs)
