@@ -201,7 +201,7 @@ def reference(work: Path, state: str) -> dict[str, Any]:
     code = run.finish()
     if code != 0:
         sys.exit(f"the uninterrupted {state} run failed (exit {code}):\n" + "\n".join(line for _, line in run.lines[-30:]))
-    return {"state": state, "exit": code, "seconds": round(time.monotonic() - run.start, 2),
+    return {"state": state, "tool": tool_version(), "exit": code, "seconds": round(time.monotonic() - run.start, 2),
             "stages": _stage_times(run.marks), "marks": [[round(t, 2), k, s] for t, k, s in run.marks],
             "folder": str(folder), **snapshot(folder)}
 
@@ -253,8 +253,17 @@ def _delay(point: dict[str, Any], ref: dict[str, Any]) -> tuple[str, str, float]
     return anchor[0], anchor[1:], 0.0
 
 
+def tool_version() -> dict[str, Any]:
+    """The commit the tool ran from, and its files that differed from it (the checkout is shared while it runs)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "changed": git("status", "--porcelain", "--", "build_kernel").splitlines()}
+
+
 def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]], logs: Path) -> dict[str, Any]:
     ref = refs[point["state"]]
+    tool = tool_version()
     folder = _fresh(work, point["state"], f"point-{point['id']:03d}")
     kind, stage, delay = _delay(point, ref)
     run = Run(folder)
@@ -294,7 +303,7 @@ def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]
         + f"\n--- rerun exit {rerun.returncode} in {rerun_s:.1f} s, last 25 lines\n"
         + "\n".join((rerun.stdout + rerun.stderr).splitlines()[-25:]) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
-    return {**point, "delay_s": round(delay, 2), "killed_at_s": None if killed_at is None else round(killed_at, 2),
+    return {**point, "tool": tool, "delay_s": round(delay, 2), "killed_at_s": None if killed_at is None else round(killed_at, 2),
             "finished_before_kill": finished_first, "last_mark": in_stage, "escaped": sorted(escaped),
             "first_exit": first_code, "leftovers_after_kill": _leftovers(after_kill, ref),
             "tmp_after_kill": after_kill["tmp"],
