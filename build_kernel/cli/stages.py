@@ -104,11 +104,21 @@ def _report_table(report: Report) -> Table:
 @click.option("--counts", is_flag=True,
               help="Whole FP4 opcode counts: every cubin of the asked archs disassembled (the verdict needs only the "
                    "first FP4 instruction).")
+@click.option("--rebuild", is_flag=True,
+              help="Build WHEEL again from its own provenance (recipe, commit, series, archs) in a fresh folder and "
+                   "compare the bytes: identical, or which members (and ELF sections) differ.")
+@click.option("--rebuild-in", "rebuild_in", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="With --rebuild: the folder to rebuild in, kept (default: a new temporary folder, removed when the "
+                   "wheels are identical).")
 @click.pass_obj
-def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool, counts: bool) -> None:
+def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool, static: bool, counts: bool,
+               rebuild: bool, rebuild_in: Path | None) -> None:
     """Check a wheel: cubin/PTX archs per library, FP4 SASS, clean import, ops, GPU run (build env's python)."""
     from build_kernel.stages.verify import VerifyStage
 
+    if rebuild or rebuild_in:
+        _rebuild(opts, wheel, rebuild_in)
+        return
     p = opts.plan()
     stage = VerifyStage(gpu_check=gpu_check, recheck=recheck, raise_on_failure=False, static=static, counts=counts)
     ctx = stages.Context(p, wheels=[wheel or newest_wheel(p)])
@@ -117,6 +127,34 @@ def verify_cmd(opts: Options, wheel: Path | None, gpu_check: str, recheck: bool,
     emit(opts, report.to_dict(), _report_table(report))
     if not report.passed:
         sys.exit(7)
+
+
+def _rebuild(opts: Options, wheel: Path | None, folder: Path | None) -> None:
+    """`verify --rebuild`: the plan the wheel's provenance names, in a fresh folder; a VerifyError when bytes differ."""
+    import dataclasses
+    import tempfile
+
+    from build_kernel.errors import VerifyError
+    from build_kernel.stages.verify import rebuild
+
+    if wheel is None:
+        raise click.UsageError("verify --rebuild needs the WHEEL to rebuild: build-kernel verify --rebuild PATH.whl")
+    said = rebuild.of(wheel)
+    root = (folder or Path(tempfile.mkdtemp(prefix="build-kernel-rebuild-"))).absolute()
+    p = dataclasses.replace(opts, recipe=opts.recipe or said["recipe"], arch=";".join(said["archs"]),
+                            cache_dir=root / "cache", output_dir=root / "wheels").plan()
+    result = rebuild.rebuild(wheel, p, said, keep=folder is not None, offline=opts.offline)
+    table = Table("member", "difference", "ELF sections that differ")
+    for d in result.differences:
+        table.add_row(d.member, d.what, ", ".join(d.sections) or "-")
+    if result.identical:
+        table.add_row("(all)", styled(f"identical: {result.rebuilt.name} rebuilt in {result.folder}", "green"), "-")
+    emit(opts, result.to_dict(), table)
+    rebuild.clean(result)
+    if not result.identical:
+        raise VerifyError(f"{wheel.name} is not reproduced: {len(result.differences)} member(s) differ from the "
+                          f"rebuild {result.rebuilt}",
+                          hint="see the table above: the named sections say where (paths, times, a build ID)")
 
 
 @click.command("publish")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import resource
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import git
 from packaging.version import Version
 
 from build_kernel import compile_cache, cuda_driver, host_compiler, log, toolchain
@@ -28,6 +28,7 @@ from build_kernel.stages.builder import (
     devrelease,
     key_history,
     provenance,
+    reproducible,
     runner,
     scheduling,
     system_deps,
@@ -47,14 +48,15 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
+def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int, work: Path,
                 cache_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The build's environment: the plan's, the toolkit's, the job count, the compile cache's, the recipe's last."""
+    """The build's environment: the plan's, the toolkit's, the job count, the compile cache's, the recipe's, and
+    last what makes its output independent of the time and the folders it runs in (reproducible.py)."""
     facts = selected.facts
     env = selected.environ(plan.env)
     env.update(plan.build_env())
     env.update(plan.jobs_env(jobs))
-    env["SOURCE_DATE_EPOCH"] = str(git.Repo(tree.root).commit(tree.commit).committed_date)
+    env["SOURCE_DATE_EPOCH"] = str(reproducible.epoch(tree.root, tree.commit))
     env["PATH"] = ":".join([str(Path(facts.python).parent), *([str(Path(facts.nvcc).parent)] if facts.nvcc else []),
                             env.get("PATH", "")])
     if facts.cuda_home:
@@ -64,6 +66,7 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int,
         env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
     env.update(cache_env or {})
     env.update(plan.recipe.build.env)
+    env.update(reproducible.host_flags(reproducible.prefix_maps(work, plan.cache_dir), env))
     return env
 
 
@@ -102,9 +105,11 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
         log.info(f"cache hit {key}: {hit.wheel.name}")
         # A wheel cached before wheels declared their torch gets the declaration (repacked, not rebuilt).
         cached = cache.entry(plan, key) / hit.wheel.name
-        if (declared := provenance.redeclared(cached, python, cache.work_dir(plan, key) / "declare", log_path)):
+        if (declared := provenance.redeclared(cached, python, cache.work_dir(plan, key) / "declare", log_path,
+                                              epoch=reproducible.epoch(tree.root, tree.commit))):
             hit.wheel = cache.deliver(plan, cache.store(plan, key, declared, hit.provenance))
             log.info(f"{hit.wheel.name}: cached before wheels declared their torch; Requires-Dist added")
+        provenance.write_beside(hit.wheel, hit.provenance)
         return hit
     work = cache.work_dir(plan, key)
     if line := key_history.changed_since(work.parent, work, plan.recipe.name, plan.arch_list, key_inputs):
@@ -121,11 +126,20 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
     session = compile_cache.open_session(plan, python, log_path)
     try:
         # After the key: a launcher changes how objects are made, not what they are.
-        return _compile(plan, tree, python, selected, {**defines, **link.defines, **session.cmake_defines()}, key,
+        return _compile(plan, tree, python, selected, _reproducible(plan, key, {**defines, **link.defines,
+                                                                                **session.cmake_defines()}), key,
                         log_path, force=force, launcher=session, link_env={**link.env, **linkers.env},
                         linkers=linkers)
     finally:
         session.close()
+
+
+def _reproducible(plan: Plan, key: str, defines: Mapping[str, str]) -> dict[str, str]:
+    """`defines` with nvcc_paths in front of the CUDA launcher (the compile cache's, if any): nvcc's output then
+    names no folder of this build (reproducible.py). Both backends take it from here (setuptools: PYTORCH_NVCC)."""
+    name = "CMAKE_CUDA_COMPILER_LAUNCHER"
+    maps = reproducible.prefix_maps(cache.work_dir(plan, key), plan.cache_dir)
+    return {**defines, name: reproducible.cuda_launcher(sys.executable, maps, defines.get(name, ""))}
 
 
 def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
@@ -167,7 +181,7 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
     cache_env = {**(link_env or {}), **(launcher.env if launcher else {}), **how.env}
 
     def env_for(jobs: int, sched_env: Mapping[str, str]) -> dict[str, str]:
-        env = {**compile_env(plan, selected, tree, jobs, cache_env), **sched_env}
+        env = {**compile_env(plan, selected, tree, jobs, work, cache_env), **sched_env}
         env["PATH"] = ":".join([*how.path_first, env.get("PATH", "")])
         return env
 
@@ -205,9 +219,14 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
         "start": started.isoformat(), "end": dt.datetime.now(dt.timezone.utc).isoformat(),
         "seconds": round(time.monotonic() - t0, 1),
         "cpu_seconds": round(_children_cpu() - cpu0, 1),  # frontend, cmake, ninja, every compiler
+        "host": socket.gethostname(), "folders": {"work": str(work), "cache": str(plan.cache_dir),
+                                                  "output": str(plan.output_dir)},
+        # What identifies the inputs goes in the wheel, the rest of this record beside it (provenance.split).
+        "recipe_defines": {**plan.fa3.defines(), **plan.recipe.build.defines},
     }
-    packed = provenance.inject(wheel, python, record, work, log_path)
+    packed = provenance.inject(wheel, python, record, work, log_path, epoch=reproducible.epoch(tree.root, tree.commit))
     out = cache.deliver(plan, cache.store(plan, key, packed, record))
+    provenance.write_beside(out, record)
     if traced is not None:
         log.info(f"compile timeline: {traced} (Perfetto, chrome://tracing)")
     return BuildResult(out, version, False, key, log_path, attempts.jobs, attempts.oom_kills, record)

@@ -3,9 +3,7 @@ and the record beside the wheel that publish and serve require (report)."""
 
 from __future__ import annotations
 
-import json
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,11 @@ from build_kernel.stages.verify.report import RECORD_SUFFIX, Report, own_archs, 
 
 
 def wheel_provenance(wheel: Path) -> dict[str, Any] | None:
-    """The provenance build-kernel put in the wheel (None: a wheel of someone else's, or not a zip)."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            name = next((n for n in zf.namelist() if n.endswith(".dist-info/build_kernel_provenance.json")), None)
-            data = json.loads(zf.read(name)) if name else None
-    except (OSError, zipfile.BadZipFile, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    """The provenance build-kernel put in the wheel, with the run's record beside it (`WHEEL.build.json`: the
+    toolkit's folder, times) where there is one (None: a wheel of someone else's, or not a zip)."""
+    from build_kernel.stages.builder import provenance
+
+    return provenance.read(wheel)
 
 
 def wheel_cuda_home(wheel: Path) -> str | None:

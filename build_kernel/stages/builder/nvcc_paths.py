@@ -1,0 +1,80 @@
+"""A compiler launcher that makes nvcc's output independent of the folder the build runs in.
+
+    python -S .../build_kernel/stages/builder/nvcc_paths.py --map OLD=NEW [--map OLD=NEW]... -- [launcher...] nvcc args...
+
+Two things of a CUDA object name the folder it was compiled in, and neither is reached by a flag the
+same for every compile:
+- `__FILE__` and the host compiler's paths: `-Xcompiler=-ffile-prefix-map=OLD=NEW` (the same for every
+  compile; added here too so that both backends get it from one place);
+- the anonymous-namespace names (`_GLOBAL__N__<hash>_13_activation_cu_<hash>`), in the host object and in
+  the fatbin: cudafe++ hashes the source's absolute path (`--orig_src_path_name`, which nvcc always passes
+  absolute). Measured with nvcc 13.0: the same file in two folders gives two names; a constant name gives
+  one name for two files of different content (an ODR hazard), so each compile is given its own path with
+  the prefix mapped: `-Xcudafe --orig_src_path_name=./csrc/x.cu` (cudafe++ takes the last one given).
+
+It runs once per compile and must start fast (recorder.py says why): standard library only, then exec.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")  # CMake may hand nvcc a .cpp as CUDA
+# Arguments whose next word is a file of this compile that is not the source.
+_TAKES_VALUE = {"-o", "-MF", "-MT", "-MQ", "--output-file", "--dependency-output", "-include", "-isystem", "-I",
+                "-x", "-ccbin", "--compiler-bindir", "-Xcompiler", "-Xcudafe", "-Xptxas", "-Xlinker", "-Xnvlink"}
+
+
+def mapped(path: str, maps: list[tuple[str, str]]) -> str:
+    """`path` with its prefix replaced as gcc's -ffile-prefix-map does it (the last matching map wins)."""
+    for old, new in reversed(maps):
+        if path == old or path.startswith(old.rstrip("/") + "/"):
+            return new + path[len(old.rstrip("/")):]
+    return path
+
+
+def source_of(args: list[str]) -> str | None:
+    """The one CUDA source of a compile command; None when there is none or more than one (left alone)."""
+    found, skip = [], False
+    for arg in args[1:]:
+        if skip:
+            skip = False
+        elif arg in _TAKES_VALUE:
+            skip = True
+        elif arg.endswith(SOURCE_SUFFIXES) and not arg.startswith("-"):
+            found.append(arg)
+    return found[0] if len(found) == 1 else None
+
+
+def rewrite(command: list[str], maps: list[tuple[str, str]]) -> list[str]:
+    """`command` (`[launcher...] nvcc args...`) with the flags that take the build's folders out of its output."""
+    extra = [f"-Xcompiler=-ffile-prefix-map={old}={new}" for old, new in maps]
+    source = source_of(command)
+    if source is not None:
+        extra += ["-Xcudafe", f"--orig_src_path_name={mapped(os.path.abspath(source), maps)}"]
+    return [*command, *extra]
+
+
+def parse(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    maps: list[tuple[str, str]] = []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] == "--map" and i + 1 < len(argv):
+            old, _, new = argv[i + 1].partition("=")
+            maps.append((old, new))
+            i += 2
+        else:
+            raise SystemExit(f"nvcc_paths: unknown argument {argv[i]!r} (usage: --map OLD=NEW ... -- command)")
+    return maps, argv[i + 1:]
+
+
+def main() -> None:
+    maps, command = parse(sys.argv[1:])
+    if not command:
+        raise SystemExit("nvcc_paths: no command after --")
+    os.execvp(command[0], rewrite(command, maps))
+
+
+if __name__ == "__main__":
+    main()
