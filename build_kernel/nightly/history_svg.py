@@ -29,7 +29,7 @@ def _nice_top(top: float) -> float:
     if top <= 0:
         return 1.0
     power = 10 ** math.floor(math.log10(top))
-    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= top)
+    return float(next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= top))
 
 
 def _x(i: int, count: int) -> float:
@@ -69,10 +69,11 @@ def line_plot(title: str, unit: str, dates: Sequence[str], lines: Sequence[tuple
     out.append(f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#444444"/>')
     for li, (name, colour, vs) in enumerate(lines):
         runs: list[list[str]] = [[]]
-        for i, v in enumerate(vs):
-            if v is None:
+        for i, value in enumerate(vs):
+            if value is None:
                 runs.append([])
                 continue
+            v = value
             x, y = _x(i, len(dates)), base - v * scale
             runs[-1].append(f"{_n(x)},{_n(y)}")
             out.append(f'<circle cx="{_n(x)}" cy="{_n(y)}" r="3" fill="{colour}"><title>{escape(dates[i])} '
