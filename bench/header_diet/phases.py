@@ -1,0 +1,158 @@
+"""Issue 71 item 1: each heavy 12.0a TU of series v8 against its header-diet form (v13), phase by phase.
+
+Each TU compiles with build.ninja's own nvcc line (the configured v8 build folder's: flags, defines, include
+folders), from a source tree of each series (`--tree v8=DIR --tree v13=DIR`, a `sgl-kernel` folder of the patched
+source: its include/ and csrc/ are searched before the build folder's). The v8 and v13 forms of one TU compile at
+the same time (`--parallel 2`, one per core), so both see the same load; each under `/usr/bin/time` (CPU seconds,
+the peak RSS of nvcc's largest process) with `nvcc --time` (seconds per phase). Header probes (`--probe NAME=FILE`:
+a .cu of only some headers) compile with the first TU's line and the first tree's folders. `report` reads what
+`run` wrote and writes results/phases.json.
+
+    python bench/header_diet/phases.py run <build>/cmake --tree v8=/tmp/src-v8 --tree v13=/tmp/src-v13 \
+        --tu csrc/gemm/nvfp4_scaled_mm_kernels --out bench/header_diet/raw/<dir>
+    python bench/header_diet/phases.py report bench/header_diet/raw/<dir> --out bench/header_diet/results/phases.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TIME_FORMAT = "%e %U %S %M"  # wall s, user s, system s, peak RSS KiB
+
+
+def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
+    """build.ninja's nvcc line for `source`'s object, without the recorder launcher, -o/-MD/-MF/-MT, -c and the
+    source itself."""
+    obj = f"CMakeFiles/{target_dir}.dir/{source}.cu.o"
+    listed = subprocess.run(["ninja", "-C", str(cmake), "-t", "commands", obj], capture_output=True, text=True,
+                            check=True)
+    line = listed.stdout.strip().splitlines()[-1]
+    args = shlex.split(line[line.index(" -- ") + 4:] if " -- " in line else line)
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-o", "-MF", "-MT"):
+            skip = True
+        elif arg not in ("-MD", "-c", "-x", "cu") and not arg.endswith(".cu"):
+            out.append(arg)
+    return out
+
+
+def _pair(text: str) -> tuple[str, Path]:
+    name, _, path = text.partition("=")
+    return name, Path(path).resolve()
+
+
+def run(args: argparse.Namespace) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    trees = dict(args.tree)
+    commands = {tu: nvcc_command(args.cmake, args.target_dir, tu) for tu in args.tu}
+    # (name, command's TU, tree, source); the pair of a TU next to each other so that they run at the same time.
+    jobs = [(f"{label}__{Path(tu).name}", tu, tree, tree / f"{tu}.cu") for tu in args.tu for label, tree in trees.items()]
+    first_tree = next(iter(trees.values()))
+    jobs += [(f"probe__{name}", args.tu[0], first_tree, path) for name, path in args.probe]
+
+    def one(job: tuple[str, str, Path, Path]) -> dict[str, Any]:
+        name, tu, tree, source = job
+        nvcc, *flags = commands[tu]
+        # the tree's own folders first: its utils.h and headers, not the build folder's
+        cmd = ["/usr/bin/time", "-f", TIME_FORMAT, "-o", str(args.out / f"{name}.time"), "nice", "-n", str(args.nice),
+               nvcc, f"-I{tree / 'include'}", f"-I{tree / 'csrc'}", *flags, "--time", str(args.out / f"{name}.csv"),
+               "-x", "cu", "-c", str(source), "-o", str(args.out / f"{name}.o")]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        (args.out / f"{name}.o").unlink(missing_ok=True)
+        return {"file": name, "source": str(source), "rc": proc.returncode,
+                "wall_s": round(time.monotonic() - start, 1), "stderr_tail": proc.stderr[-600:]}
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        done = list(pool.map(one, jobs))
+    runs = args.out / "runs.json"  # a later run (more probes) adds to the earlier one's
+    earlier = [r for r in json.loads(runs.read_text()) if r["file"] not in {d["file"] for d in done}] \
+        if runs.is_file() else []
+    runs.write_text(json.dumps(earlier + done, indent=1) + "\n")
+    (args.out / "command.txt").write_text(shlex.join(commands[args.tu[0]]) + "\n")
+    print(json.dumps(done, indent=1))
+
+
+def _phases(path: Path) -> dict[str, float]:
+    """nvcc --time's CSV (`source file name , phase name , ... , metric , unit`: ms per phase), seconds by phase."""
+    out: dict[str, float] = {}
+    with path.open(newline="") as fh:
+        for raw in csv.DictReader(fh, skipinitialspace=True):
+            row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
+            name, value = row.get("phase name", ""), row.get("metric", "")
+            if name and value and row.get("unit") == "ms":
+                out[name] = round(out.get(name, 0.0) + float(value) / 1000.0, 1)
+    return out
+
+
+def _time(path: Path) -> dict[str, float]:
+    """/usr/bin/time's last line (`wall user system maxrss_kib`; a failed command adds a line before it)."""
+    wall, user, system, rss = path.read_text().split("\n")[-2].split()
+    return {"wall_s": float(wall), "cpu_s": round(float(user) + float(system), 1),
+            "peak_rss_gb": round(int(rss) * 1024 / 1e9, 2)}
+
+
+def report(args: argparse.Namespace) -> None:
+    runs = {r["file"]: r for r in json.loads((args.raw / "runs.json").read_text())}
+    files: dict[str, dict[str, Any]] = {}
+    for name, r in sorted(runs.items()):
+        entry: dict[str, Any] = {"rc": r["rc"]}
+        if (args.raw / f"{name}.time").is_file():
+            entry.update(_time(args.raw / f"{name}.time"))
+        if (args.raw / f"{name}.csv").is_file():
+            entry["phases_s"] = _phases(args.raw / f"{name}.csv")
+        files[name] = entry
+    labels = sorted({n.split("__")[0] for n in files if not n.startswith("probe__")})
+    tus = sorted({n.split("__")[1] for n in files if not n.startswith("probe__")})
+    pairs: dict[str, Any] = {}
+    if len(labels) == 2:
+        base, new = ("v8", "v13") if set(labels) == {"v8", "v13"} else tuple(labels)
+        for tu in tus:
+            a, b = files.get(f"{base}__{tu}"), files.get(f"{new}__{tu}")
+            if a and b and a["rc"] == 0 and b["rc"] == 0:
+                pairs[tu] = {"cpu_s": [a["cpu_s"], b["cpu_s"]], "cpu_ratio": round(b["cpu_s"] / a["cpu_s"], 3),
+                             "saved_cpu_s": round(a["cpu_s"] - b["cpu_s"], 1),
+                             "peak_rss_gb": [a["peak_rss_gb"], b["peak_rss_gb"]]}
+        total = [sum(p["cpu_s"][i] for p in pairs.values()) for i in (0, 1)]
+        pairs["all"] = {"cpu_s": [round(total[0], 1), round(total[1], 1)],
+                        "saved_cpu_s": round(total[0] - total[1], 1)}
+    out = {"issue": 71, "what": (__doc__ or "").splitlines()[0],
+           "raw": str(args.raw.resolve().relative_to(ROOT)), "files": files, "pairs": pairs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(pairs, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("cmake", type=Path, help="a configured build's cmake folder (build.ninja)")
+    r.add_argument("--target-dir", default="common_ops_sm100_build")
+    r.add_argument("--tree", action="append", type=_pair, required=True, help="LABEL=DIR, a patched sgl-kernel folder")
+    r.add_argument("--tu", action="append", required=True, help="a TU without .cu, e.g. csrc/gemm/fp8_gemm_kernel")
+    r.add_argument("--probe", action="append", type=_pair, default=[], help="NAME=FILE, a header probe .cu")
+    r.add_argument("--parallel", type=int, default=2)
+    r.add_argument("--nice", type=int, default=10)
+    r.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("report")
+    p.add_argument("raw", type=Path)
+    p.add_argument("--out", type=Path, default=ROOT / "bench/header_diet/results/phases.json")
+    args = parser.parse_args()
+    (run if args.cmd == "run" else report)(args)
+
+
+if __name__ == "__main__":
+    main()
