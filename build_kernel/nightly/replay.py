@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,12 @@ from typing import Any
 from build_kernel import atomic, log
 from build_kernel.errors import BuildKernelError
 from build_kernel.nightly import record as night_record
-from build_kernel.plan import Plan
-from build_kernel.series import Series, load_series
+from build_kernel.nightly import series_choice
+from build_kernel.plan import Plan, resolve
+from build_kernel.series import Series
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import apply as patches
-from build_kernel.stages.patch import health, upstreamed
+from build_kernel.stages.patch import check, health
 from build_kernel.stages.patch.mirrorgit import git, out, rev_parse
 
 _WHOLE = (patches.APPLIES, patches.OFFSET)
@@ -56,23 +56,6 @@ def parse_range(text: str) -> tuple[str, str]:
         raise BuildKernelError(f"--replay {text!r} is not a range A..B",
                                hint="pass two upstream commits (or tags) as A..B, e.g. 6ffc74ef..0753182b")
     return start, end
-
-
-def candidates(plan: Plan) -> list[Series]:
-    """The recipe's series versions `vN`, newest first, without those carrying a patch the recipe omits."""
-    folder = plan.series.directory.parent
-    omitted = set(plan.recipe.patches.omitted)
-    found = []
-    for directory in folder.iterdir():
-        if re.fullmatch(r"v\d+", directory.name) and (directory / "series").is_file():
-            series = load_series(directory)
-            if not any(p.name.removesuffix(".patch") in omitted for p in series.patches):
-                found.append(series)
-    return sorted(found, key=lambda s: -int(s.directory.name[1:]))
-
-
-def _applies(statuses: Sequence[patches.PatchStatus]) -> bool:
-    return all(s.state in _WHOLE for s in statuses)
 
 
 def nights_of(mirror: Path, start: str, end: str, subdir: str, env: Mapping[str, str]) -> list[Night]:
@@ -103,48 +86,28 @@ def _pins(mirror: Path, sha: str, get: health._Fetcher, env: Mapping[str, str]) 
     return pins
 
 
-class _Replay:
-    def __init__(self, plan: Plan, get: health._Fetcher, mirror: Path, tree: health._Tree) -> None:
-        self.plan, self.get, self.mirror, self.tree, self.env = plan, get, mirror, tree, plan.env
-        self.subdir = plan.recipe.source.subdir
-        self.cands = candidates(plan)
-        self.bisected: dict[tuple[str, str], str | None] = {}
-
-    def choose(self, sha: str) -> tuple[Series | None, dict[str, str]]:
-        """The newest candidate that applies whole; each checked one's verdict (newest first)."""
-        seen = {}
-        for series in self.cands:
-            statuses = self.tree.check(sha, series)
-            seen[series.name] = "applies" if _applies(statuses) else next(
-                f"{s.name} {s.state}" for s in statuses if s.state not in _WHOLE)
-            if _applies(statuses):
-                return series, seen
-        return None, seen
-
-    def first_bad(self, series: Series, good: str, bad: str) -> str | None:
-        """The first first-parent commit after `good` touching the package at which `series` stops applying."""
-        if (series.name, good) in self.bisected:
-            cached = self.bisected[(series.name, good)]
-            if cached and git(self.mirror, "merge-base", "--is-ancestor", cached, bad, env=self.env).returncode == 0:
-                return cached
-        commits = out(self.mirror, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}", "--",
-                      self.subdir or ".", env=self.env).split()
-        lo, hi = 0, len(commits) - 1  # invariant: commits[hi] does not apply; before lo, all apply
-        if not commits or _applies(self.tree.check(commits[hi], series)):
-            return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _applies(self.tree.check(commits[mid], series)):
-                lo = mid + 1
-            else:
-                hi = mid
-        self.bisected[(series.name, good)] = commits[lo]
-        return commits[lo]
-
-
 def _record(plan: Plan, night: Night, started: str, **fields: Any) -> dict[str, Any]:
     return {"schema": 1, "recipe": plan.recipe.name, "night": night.date, "started": started,
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **fields}
+
+
+def _plan_with(plan: Plan, version: str) -> Plan | str:
+    """The recipe's plan with series `version` (what the night would build), or why the plan refuses it."""
+    recipe = replace(plan.recipe, patches=replace(plan.recipe.patches, version=version))
+    try:
+        return resolve(recipe, env=plan.env, cache_dir=plan.cache_dir, output_dir=plan.output_dir,
+                       resources=plan.resources, arch=",".join(a.torch for a in plan.archs))
+    except BuildKernelError as exc:
+        return exc.render().splitlines()[0]
+
+
+def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool) -> dict[str, list[str]]:
+    """`patch health --series <every version>` over the range (the library call the command makes): commit ->
+    the versions that apply whole there, at each commit that changed the package version."""
+    others = tuple(s for s in series_choice.versions(plan) if s.name != plan.series.name)
+    since = rev_parse(mirror, f"{start}^", plan.env)  # None: the range starts at upstream's first commit
+    walked = health.walk(plan, since=since, until=end, offline=offline, also=others)
+    return {row.commit: [c.name for c in row.compared if c.applies] for row in walked.rows}
 
 
 def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool = False,
@@ -158,63 +121,62 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     mirror, end_sha = get(end, (pyproject,), floating=True)
     start_sha = rev_parse(mirror, start, plan.env) or get(start, (pyproject,), floating=True)[1]
     end_sha = rev_parse(mirror, end_sha, plan.env) or end_sha
+    # First: the walk fetches the range's history when the mirror has a pin alone (a shallow fetch).
+    rows = _health_rows(plan, mirror, start_sha, end_sha, offline)
     nights = nights_of(mirror, start_sha, end_sha, src.subdir, plan.env)
     records, details = [], []
-    with tempfile.TemporaryDirectory(prefix="bk-replay-") as tmp:
-        tree = health._Tree(get, mirror, Path(tmp) / "tree", pyproject)
-        run = _Replay(plan, get, mirror, tree)
-        fixes = upstreamed.resolve(plan.series.patches, tree)
-        good: tuple[str, Series] | None = None  # the last good night's commit and series
-        was_fixed: set[str] = set()
-        pins_before: dict[str, str] | None = None
-        with log.step(f"replay: {len(nights)} night(s) of {start_sha[:12]}..{end_sha[:12]}"):
-            for i, night in enumerate(nights):
-                started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                chosen, seen = run.choose(night.commit)
-                conflict, retired = None, []
-                ref = good[1] if good else plan.series
-                if chosen is None:
-                    statuses = tree.check(night.commit, ref)
-                    stop = next(s for s in statuses if s.state not in _WHOLE)
-                    conflict = {"patch": stop.name, "hunk": stop.detail or stop.state,
-                                "first_bad_commit": run.first_bad(ref, good[0], night.commit) if good else None}
-                else:
-                    if good and good[1].name != chosen.name:
-                        kept = {p.name for p in chosen.patches}
-                        retired = [p.name for p in good[1].patches if p.name not in kept]
-                fixed = set(upstreamed.fixed_at(night.commit, fixes, tree))
-                retired = sorted({*retired, *(fixed - was_fixed)})
-                was_fixed |= fixed
-                pins = _pins(mirror, night.commit, get, plan.env)
-                changes = [{"pin": k, "from": (pins_before or {}).get(k), "to": v} for k, v in sorted(pins.items())
-                           if pins_before is not None and pins_before.get(k) != v]
-                pins_before = pins
-                commits_since = (len(out(mirror, "rev-list", "--first-parent", f"{good[0]}..{night.commit}",
-                                         env=plan.env).split()) if good else 0)
-                built = (builds or {}).get(night.commit)
-                name = f"{chosen.directory.parent.name}" if chosen else ref.directory.parent.name
-                reason = (f"{conflict['patch']} conflicts with upstream; the last good wheel stays the index's newest"
-                          if conflict else built.get("reason", "built") if built
-                          else f"replay: planned, not built (series {chosen.name if chosen else ''} applies)")
-                record = _record(
-                    plan, night, started,
-                    outcome="conflict" if conflict else "built" if built else "unchanged", reason=reason,
-                    upstream={"ref": src.ref or "main", "commit": night.commit,
-                              "previous_good": good[0] if good else None, "commits_since": commits_since},
-                    series={"name": name, "version": chosen.directory.name if chosen else None, "retired": retired,
-                            "conflict": conflict},
-                    lock_changes=changes, build=(built or {}).get("build"),
-                    tests={"ran": False, "why_not": "no GPU on the replay host", "per_file": {}},
-                    wheel=(built or {}).get("wheel"), logs=dict((built or {}).get("logs", {})))
-                records.append(record)
-                details.append({"night": night.date, "commit": night.commit, "package_version": _version(
-                    mirror, night.commit, pyproject, get), "archs": [a.name for a in plan.archs],
-                    "candidates": seen, "pins": pins})
-                if chosen is not None:
-                    good = (night.commit, chosen)
-                log.info(f"  {i + 1}/{len(nights)} {night.date} {night.commit[:12]}: "
-                         + (f"conflict {conflict['patch']}" if conflict else f"series {chosen.name if chosen else ''}")
-                         + (f", retired {', '.join(retired)}" if retired else ""))
+    good: tuple[str, Series] | None = None  # the last good night's commit and series
+    pins_before: dict[str, str] | None = None
+    with log.step(f"replay: {len(nights)} night(s) of {start_sha[:12]}..{end_sha[:12]}"):
+        for i, night in enumerate(nights):
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            reference = good[1] if good else plan.series
+            choice = series_choice.choose(plan, night.commit, reference=reference, good=good[0] if good else None,
+                                          offline=offline)
+            chosen = choice.chosen
+            planned = _plan_with(plan, chosen.directory.name) if chosen else None
+            # patch check --commit of the chosen version (its own checkout): every patch applies there.
+            checked = (all(s.state in _WHOLE for s in check.check(planned, commit=night.commit, offline=offline))
+                       if isinstance(planned, Plan) else None)
+            at_row = rows.get(night.commit)
+            newest = next((n for n in [s.name for s in series_choice.versions(plan)] if n in (at_row or [])), None)
+            pins = _pins(mirror, night.commit, get, plan.env)
+            changes = [{"pin": k, "from": (pins_before or {}).get(k), "to": v} for k, v in sorted(pins.items())
+                       if pins_before is not None and pins_before.get(k) != v]
+            pins_before = pins
+            commits_since = (len(out(mirror, "rev-list", "--first-parent", f"{good[0]}..{night.commit}",
+                                     env=plan.env).split()) if good else 0)
+            built = (builds or {}).get(night.commit)
+            conflict = choice.conflict
+            if conflict:
+                outcome, reason = "conflict", (f"{conflict.patch} does not apply; the last good wheel stays the "
+                                               "index's newest")
+            elif isinstance(planned, str):
+                outcome, reason = "failed", f"the plan refuses series {chosen.name if chosen else ''}: {planned}"
+            elif built:
+                outcome, reason = "built", str(built.get("reason", "built"))
+            else:
+                outcome, reason = "unchanged", f"replay: planned, not built (series {chosen.name if chosen else ''})"
+            records.append(_record(
+                plan, night, started, outcome=outcome, reason=reason,
+                upstream={"ref": src.ref or "main", "commit": night.commit,
+                          "previous_good": good[0] if good else None, "commits_since": commits_since},
+                series=choice.to_dict(), lock_changes=changes, build=(built or {}).get("build"),
+                tests={"ran": False, "why_not": "no GPU on the replay host", "per_file": {}},
+                wheel=(built or {}).get("wheel"), logs=dict((built or {}).get("logs", {}))))
+            details.append({
+                "night": night.date, "commit": night.commit, "archs": [a.torch for a in plan.archs],
+                "package_version": _version(mirror, night.commit, pyproject, get), "pins": pins,
+                "chosen": chosen.name if chosen else None, "tried": [list(t) for t in choice.tried],
+                "plan": "ok" if isinstance(planned, Plan) else planned,
+                "patch_check": checked,
+                "patch_health": None if at_row is None else {"applies": at_row, "newest": newest,
+                                                             "agrees": newest == (chosen.name if chosen else None)}})
+            if chosen is not None and outcome != "failed":
+                good = (night.commit, chosen)
+            log.info(f"  {i + 1}/{len(nights)} {night.date} {night.commit[:12]} {outcome}: "
+                     + (f"{conflict.patch}" if conflict else f"series {chosen.name if chosen else ''}")
+                     + (f", retired {', '.join(choice.retired)}" if choice.retired else ""))
     for record in records:
         night_record.write(state_dir, record)  # type: ignore[arg-type]  # built as a dict, checked by write
     atomic.write_text(state_dir / "replay.json",
