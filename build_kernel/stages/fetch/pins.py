@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from build_kernel import atomic, log, process
+from build_kernel import atomic, log, network, process
 from build_kernel.errors import FetchError
 from build_kernel.plan import Plan
 from build_kernel.recipe import recipes_dir
@@ -159,8 +159,10 @@ def remote_commit(plan: Plan, key: str, kind: str, repo: str, ref: str) -> str:
     through the user's [mirrors] (git applies its own insteadOf): nothing is fetched."""
     url = plan.mirrors.rewrite(remote.resolve_url(repo, plan.cache_dir, plan.recipe.root)).fetch_url
     # `ref^{}` too: a pattern matches refs by their tail, so `v3.5.1` alone lists the tag object, not its commit.
-    proc = process.run(["git", "ls-remote", url, ref, f"{ref}^{{}}"], error=FetchError,
-                       what=f"resolving [{key}] {kind} {ref!r}", env=plan.env, cwd=Path("/"), check=False)
+    net = network.settings(plan.env)
+    proc = process.run(["git", *net.git_options(), "ls-remote", url, ref, f"{ref}^{{}}"], error=FetchError,
+                       what=f"resolving [{key}] {kind} {ref!r}", env=plan.env, cwd=Path("/"), check=False,
+                       timeout=net.fetch_cap_s, fix=f"check the server and your network, or raise {network.FETCH_TIMEOUT_ENV}")
     if proc.returncode != 0:
         said = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
         raise FetchError(f"cannot read {url} to resolve [{key}] {kind} {ref!r}: {said[-1] if said else 'git failed'}",

@@ -22,11 +22,12 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import git
 from filelock import FileLock
 
-from build_kernel import examples
+from build_kernel import examples, log, network
 from build_kernel.errors import FetchError
 from build_kernel.mirrors import Mirrors, Rewrite, is_url
 from build_kernel.recipe import SHA_RE
@@ -107,17 +108,51 @@ def _missing_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
     return missing & _needed_blobs(repo, sha, paths) if missing else set()
 
 
-def _fetch(repo: git.Repo, *args: str, stdin: Iterable[str] = (), blobs: bool = False) -> None:
-    cmd = ["git", "-C", repo.git_dir, "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags",
-           "--no-write-fetch-head", "--recurse-submodules=no", "--no-filter" if blobs else "--filter=blob:none", *args]
+# Files a git killed by the fetch timeout may leave in the mirror (git removes them itself when it fails on
+# its own): a stale lock would refuse every later fetch. Removed under the mirror's lock, so no git of ours runs.
+_LEFT_BY_A_KILL = ("shallow.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "objects/pack/tmp_*",
+                   "objects/incoming-*", "refs/**/*.lock")
+
+
+def _after_kill(repo: git.Repo) -> None:
+    for pattern in _LEFT_BY_A_KILL:
+        for path in Path(repo.git_dir).glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _git_net(repo: git.Repo, args: Sequence[str], net: network.Settings, istream: BinaryIO | None = None) -> str:
+    """git that talks to the remote: git's HTTP stall timeout, and the fetch timeout for every protocol (a
+    `git://` or ssh server that accepts and never answers holds git forever); a timeout reads as git's `fatal:`."""
+    try:
+        return str(repo.git.execute(["git", "-C", repo.git_dir, *net.git_options(), *args], istream=istream,
+                                    kill_after_timeout=net.fetch_cap_s))
+    except git.GitCommandError as exc:
+        if "did not complete in" in str(exc.stderr):
+            _after_kill(repo)
+            raise git.GitCommandError(exc.command, exc.status, f"fatal: no answer in {net.fetch_cap_s:g} s "
+                                      f"(the fetch timeout, {network.FETCH_TIMEOUT_ENV})") from None
+        raise
+
+
+def _fetch(repo: git.Repo, *args: str, net: network.Settings, stdin: Iterable[str] = (), blobs: bool = False) -> None:
+    """One fetch, tried again once when the connection broke mid-transfer (network.py says why that is safe)."""
+    cmd = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head",
+           "--recurse-submodules=no", "--no-filter" if blobs else "--filter=blob:none", *args]
     lines = list(stdin)
-    if lines:
-        with tempfile.TemporaryFile() as fh:
-            fh.write(("\n".join(lines) + "\n").encode())
-            fh.seek(0)
-            repo.git.execute([*cmd, "--stdin"], istream=fh)
-    else:
-        repo.git.execute(cmd)
+    for attempt in range(1, network.FETCH_ATTEMPTS + 1):
+        try:
+            if lines:
+                with tempfile.TemporaryFile() as fh:
+                    fh.write(("\n".join(lines) + "\n").encode())
+                    fh.seek(0)
+                    _git_net(repo, [*cmd, "--stdin"], net, istream=fh)
+            else:
+                _git_net(repo, cmd, net)
+            return
+        except git.GitCommandError as exc:
+            if attempt == network.FETCH_ATTEMPTS or not network.broken_transfer(str(exc.stderr)):
+                raise
+            log.warn(f"fetch from {repo.git.remote('get-url', 'origin')} broke ({_git_error(exc)}); trying once more")
 
 
 _H, _T, _P = "refs/build-kernel/heads/", "refs/build-kernel/tags/", "refs/build-kernel/pull/"
@@ -133,29 +168,43 @@ def _containing_ref(repo: git.Repo, sha: str) -> tuple[str, str] | None:
     return None
 
 
-def _tips(repo: git.Repo, sha: str) -> list[str]:
+def _tips(repo: git.Repo, sha: str, net: network.Settings) -> list[str]:
     """The refs of the server whose tip is `sha` (a branch, a tag, refs/pull/N/head)."""
-    advertised = str(repo.git.ls_remote("origin"))
+    advertised = _git_net(repo, ["ls-remote", "origin"], net)
     return [line.split("\t")[1] for line in advertised.splitlines() if line.startswith(sha)]
 
 
-def _fetch_pin(repo: git.Repo, sha: str, where: str, config: str) -> None:
+def fetch_error(what: str, where: str, exc: git.GitCommandError, config: str,
+                net: network.Settings = network.DEFAULT) -> FetchError:
+    """`cannot fetch WHAT from WHERE: git's line (what to do)`, the fix by what went wrong: the transfer broke
+    (nothing of it was kept), no answer in time, or (else) the URL, network or mirror."""
+    said = _git_error(exc)
+    if "(the fetch timeout" in said:
+        hint = f"the server accepted and never answered: check it and your network, or raise {network.FETCH_TIMEOUT_ENV}"
+    elif network.broken_transfer(said):
+        hint = (f"the connection broke {network.FETCH_ATTEMPTS} times mid-transfer; the cache is as it was: run the "
+                "same command again when the server is back")
+    else:
+        hint = f"check the URL, your network and {config}"
+    return FetchError(f"cannot fetch {what} from {where}: {said}", hint=hint)
+
+
+def _fetch_pin(repo: git.Repo, sha: str, where: str, config: str, net: network.Settings) -> None:
     """The commit alone if the server serves it by SHA; else the smallest set of refs that has it."""
     pin = f"+{sha}:{PIN_REF}{sha}"
     try:
-        _fetch(repo, "--depth=1", "origin", pin)
+        _fetch(repo, "--depth=1", "origin", pin, net=net)
         return
     except git.GitCommandError as exc:
         if not _refused(exc):
-            raise FetchError(f"cannot fetch {sha} from {where}: {_git_error(exc)}",
-                             hint=f"check the URL, your network and {config}") from None
-    tips = _tips(repo, sha)
+            raise fetch_error(sha, where, exc, config, net) from None
+    tips = _tips(repo, sha, net)
     if tips:  # the tip of some ref (a branch, a tag, refs/pull/N/head): that ref alone
-        _fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}")
+        _fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", net=net)
         return
     for refspecs in ([f"+refs/heads/*:{_H}*", f"+refs/tags/*:{_T}*"], [f"+refs/pull/*/head:{_P}*"]):
         try:
-            _fetch(repo, _ALL_HISTORY, "origin", *refspecs)
+            _fetch(repo, _ALL_HISTORY, "origin", *refspecs, net=net)
         except git.GitCommandError:
             continue  # e.g. a server with no pull-request refs at all
         if mirror.has_commit(repo, sha):
@@ -164,10 +213,12 @@ def _fetch_pin(repo: git.Repo, sha: str, where: str, config: str) -> None:
 
 
 def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allow_floating: bool = False,
-                  paths: Sequence[str] = (), mirrors: Mirrors | None = None, history: bool = True) -> tuple[Path, str]:
+                  paths: Sequence[str] = (), mirrors: Mirrors | None = None, history: bool = True,
+                  net: network.Settings = network.DEFAULT) -> tuple[Path, str]:
     """Make sure the mirror of `url` holds `commit` and the blobs under `paths` (all, when
     empty); return (mirror path, full SHA). `mirrors` may redirect where it is fetched from.
-    A branch or tag comes with its history unless `history` is false (a dependency's tag)."""
+    A branch or tag comes with its history unless `history` is false (a dependency's tag);
+    `net`: the timeouts (network.settings of the plan's environment)."""
     mirrors = mirrors or Mirrors()
     rw, config = mirrors.rewrite(url), mirrors.config_words()
     path = mirror.path_for(cache_dir, url)
@@ -187,7 +238,8 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
                                  hint=f"run once without --offline, or map it to a local mirror ({config})")
             mirror.init(path)
         try:
-            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history, config)
+            return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history, config,
+                                  net)
         except BaseException:
             if created:  # nothing of a failed first fetch stays behind
                 shutil.rmtree(path, ignore_errors=True)
@@ -195,17 +247,17 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
 
 
 def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: str, floating: bool, offline: bool,
-                   paths: Sequence[str], history: bool, config: str) -> tuple[Path, str]:
+                   paths: Sequence[str], history: bool, config: str, net: network.Settings) -> tuple[Path, str]:
     where = _where(rw)
     if not offline:
         repo.git.remote("set-url", "origin", rw.fetch_url)
     try:
-        sha = _resolve_floating(repo, commit, where, offline, history, config) if floating else commit
+        sha = _resolve_floating(repo, commit, where, offline, history, config, net) if floating else commit
         if not mirror.has_commit(repo, sha):
             if offline:
                 raise FetchError(f"{sha} is not in the cached mirror of {url} and --offline forbids fetching",
                                  hint="run once without --offline")
-            _fetch_pin(repo, sha, where, config)
+            _fetch_pin(repo, sha, where, config, net)
             if not mirror.has_commit(repo, sha):
                 if rw.rule:
                     raise FetchError(f"commit {sha} is not in {where}",
@@ -213,14 +265,14 @@ def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: st
                 raise FetchError(f"commit {sha} is not in {where}: force-pushed away?",
                                  hint="pin another commit, or add a mirror that still has it "
                                       "([deps.NAME] path/repo for dependencies)")
-        _ensure_blobs(repo, sha, paths, url, where, offline)
+        _ensure_blobs(repo, sha, paths, url, where, offline, net)
     except git.GitCommandError as exc:
-        raise FetchError(f"cannot fetch {commit} from {where}: {_git_error(exc)}",
-                         hint=f"check the URL, your network and {config}") from None
+        raise fetch_error(commit, where, exc, config, net) from None
     return path, sha
 
 
-def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, where: str, offline: bool) -> None:
+def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, where: str, offline: bool,
+                  net: network.Settings) -> None:
     """The files a checkout of `paths` needs, fetched by id in one request."""
     missing = _missing_blobs(repo, sha, paths)
     if not missing:
@@ -229,20 +281,20 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
         raise FetchError(f"{len(missing)} files of {sha[:12]} are not in the cached mirror of {url} and "
                          "--offline forbids fetching them", hint="run once without --offline")
     try:
-        _fetch(repo, "origin", stdin=sorted(missing))
+        _fetch(repo, "origin", stdin=sorted(missing), net=net)
     except git.GitCommandError as exc:
         if not _refused(exc):
             raise
         # A server that serves no object by id: whole trees, through the ref the commit came by.
-        tips = _tips(repo, sha)
+        tips = _tips(repo, sha, net)
         if tips:
-            _fetch(repo, "--refetch", "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", blobs=True)
+            _fetch(repo, "--refetch", "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", blobs=True, net=net)
         else:
             ref = _containing_ref(repo, sha)
             if ref is None:
                 raise FetchError(f"{where} serves neither objects by id nor a ref at {sha[:12]}",
                                  hint="allow uploadpack.allowAnySHA1InWant on the server, or use a mirror that does") from None
-            _fetch(repo, "--refetch", "origin", f"+{ref[0]}:{ref[1]}", blobs=True)
+            _fetch(repo, "--refetch", "origin", f"+{ref[0]}:{ref[1]}", blobs=True, net=net)
     still = _missing_blobs(repo, sha, paths)
     if still:
         raise FetchError(f"{where} did not send {len(still)} files of {sha[:12]} (e.g. {sorted(still)[0]})",
@@ -250,7 +302,7 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
 
 
 def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bool,
-                  mirrors: Mirrors | None = None) -> None:
+                  mirrors: Mirrors | None = None, net: network.Settings = network.DEFAULT) -> None:
     """Objects of an existing mirror fetched by id in one request (e.g. one file across many
     commits); what is already there is not asked for again."""
     rw = (mirrors or Mirrors()).rewrite(url)
@@ -266,7 +318,7 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
                              "fetching them", hint="run once without --offline")
         try:
             repo.git.remote("set-url", "origin", rw.fetch_url)
-            _fetch(repo, "origin", stdin=missing)
+            _fetch(repo, "origin", stdin=missing, net=net)
         except git.GitCommandError as exc:
             raise FetchError(f"cannot fetch {len(missing)} objects from {_where(rw)}: {_git_error(exc)}",
                              hint="the server must serve objects by id (uploadpack.allowFilter, "
@@ -294,12 +346,13 @@ def _floating_error(ref: str, where: str, said: str, config: str) -> FetchError:
                       hint="check the ref")
 
 
-def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool, config: str) -> str:
+def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, history: bool, config: str,
+                      net: network.Settings) -> str:
     """A branch or tag (with its history of commits and trees, no blobs), kept under our own ref."""
     local = FLOATING_REF + ref
     if not offline:
         try:
-            _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}")
+            _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}", net=net)
         except git.GitCommandError as exc:
             raise _floating_error(ref, where, _git_error(exc), config) from None
     # An annotated tag names a tag object: the commit it points at is what gets checked out.

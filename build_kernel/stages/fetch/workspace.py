@@ -18,7 +18,7 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from build_kernel import atomic
+from build_kernel import atomic, network
 from build_kernel.errors import FetchError, PatchError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
@@ -87,7 +87,8 @@ def prepare(plan: Plan, *, offline: bool = False, commit: str | None = None) -> 
         ref = pins.for_fetch(plan, "source", "commit", r.source.repo, url, ref, offline=offline)
     mirror, sha = fetch.ensure_commit(url, ref, plan.cache_dir, offline=offline,
                                       allow_floating=r.source.allow_floating, paths=r.source.paths,
-                                      mirrors=plan.mirrors)
+                                      mirrors=plan.mirrors,
+                                      net=network.settings(plan.env))
     if floating and not offline:
         pins.record(plan, "source", "commit", r.source.repo, r.source.commit, sha)
     dep_dirs = prepare_deps(plan, offline=offline)
@@ -145,7 +146,8 @@ def _prepare_dep(plan: Plan, dep: Dep, offline: bool) -> Path:
     key = f"deps.{dep.name}"
     ref = pins.for_fetch(plan, key, "tag", dep.repo, url, dep.tag, offline=offline) if dep.tag else dep.commit
     mirror, sha = fetch.ensure_commit(url, ref, plan.cache_dir, offline=offline, paths=dep.paths,
-                                      mirrors=plan.mirrors, allow_floating=bool(dep.tag), history=False)
+                                      mirrors=plan.mirrors, allow_floating=bool(dep.tag), history=False,
+                                      net=network.settings(plan.env))
     if dep.tag and not offline:
         pins.record(plan, key, "tag", dep.repo, dep.tag, sha)
     # A sparse checkout is a different tree: its paths (and submodules) are part of the key.
@@ -194,7 +196,8 @@ def _add_submodule(plan: Plan, table: str, repo_name: str, tree: Path, sub: str,
                          hint=f"give {sub} as a [deps] entry of its own instead")
     prefix = sub.rstrip("/") + "/"
     paths = [p[len(prefix):] for p in wanted if p.startswith(prefix)]
-    mirror, _ = fetch.ensure_commit(url, sha, plan.cache_dir, offline=offline, paths=paths, mirrors=plan.mirrors)
+    mirror, _ = fetch.ensure_commit(url, sha, plan.cache_dir, offline=offline, paths=paths, mirrors=plan.mirrors,
+                                      net=network.settings(plan.env))
     dest = tree / sub
     if dest.is_dir() and not any(dest.iterdir()):
         dest.rmdir()
