@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> None:
     trees = dict(args.tree)
     commands = {tu: nvcc_command(args.cmake, args.target_dir, tu) for tu in args.tu}
     # (name, command's TU, tree, source); the pair of a TU next to each other so that they run at the same time.
-    jobs = [(f"{label}__{Path(tu).name}", tu, tree, tree / f"{tu}.cu") for tu in args.tu for label, tree in trees.items()]
+    jobs = [] if args.only_probes else [(f"{label}__{Path(tu).name}", tu, tree, tree / f"{tu}.cu")
+                                        for tu in args.tu for label, tree in trees.items()]
     first_tree = next(iter(trees.values()))
     jobs += [(f"probe__{name}", args.tu[0], first_tree, path) for name, path in args.probe]
 
@@ -144,6 +145,7 @@ def main() -> None:
     r.add_argument("--tree", action="append", type=_pair, required=True, help="LABEL=DIR, a patched sgl-kernel folder")
     r.add_argument("--tu", action="append", required=True, help="a TU without .cu, e.g. csrc/gemm/fp8_gemm_kernel")
     r.add_argument("--probe", action="append", type=_pair, default=[], help="NAME=FILE, a header probe .cu")
+    r.add_argument("--only-probes", action="store_true", help="compile the probes alone (the TUs were compiled)")
     r.add_argument("--parallel", type=int, default=2)
     r.add_argument("--nice", type=int, default=10)
     r.add_argument("--out", type=Path, required=True)
