@@ -7,7 +7,7 @@
 #
 # Each overlay is a shipped recipe with the host's lines only (V8 extends nightly-cu130, V13 nightly-cu130-v13).
 # Packs are <series>-<arch>-<HOST>-raw.tar.gz under OUT, as build_one.sh writes them (bench/arch_builds/builds_report.py
-# reads them); the proof is diet-proof.json in v13's pack. ONLY=v13 builds v13 alone (v8 built already: its pack in
+# reads them); the proof is prune-proof.json in v13's pack. ONLY=v13 builds v13 alone (v8 built already: its pack in
 # OUT and its folder under /tmp/arch-build-raw).
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,6 +22,6 @@ cold v13 "$V13"
 wheel() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheel"])' "/tmp/arch-build-raw/$1-$tag-$HOST/build.json"; }
 R13=/tmp/arch-build-raw/v13-$tag-$HOST
 (cd "$REPO" && "$PY" -m build_kernel ${OFFLINE:+--offline} --json prune-proof "$(wheel v13)" --against "$(wheel v8)" \
-    --across-tus --recipe "$V13" > "$R13/diet-proof.json" 2> "$R13/diet-proof.err")
+    --across-tus --recipe "$V13" > "$R13/prune-proof.json" 2> "$R13/prune-proof.err")
 echo "prune-proof rc=$?" >> "$R13/steps.txt"
 tar -czf "$OUT/v13-$tag-$HOST-raw.tar.gz" -C /tmp/arch-build-raw "v13-$tag-$HOST"

@@ -4,14 +4,14 @@
 #   1. v8 then v13 (0012: torch's lean headers in the four CUTLASS GEMM TUs) for 12.0a, both cold, by the tool
 #      (bench/header_diet/build_pair.sh: build_one.sh with FORCE=1 and OFFLINE=1, static verify each), offline from
 #      the carried partial mirrors, with only the host's lines over nightly-cu130 and nightly-cu130-v13;
-#   2. `build-kernel prune-proof <v13> --against <v8> --across-tus` (diet-proof.json in v13's pack).
+#   2. `build-kernel prune-proof <v13> --against <v8> --across-tus` (prune-proof.json in v13's pack).
 # The calls, each made as soon as the one before returns (a machine stays warm 30 s after a call):
 #   1. carry .device/wht .device/mirrors .device/triton-src .device/gitenv.sh:
 #      setsid nohup bash bench/header_diet/pair_on_gpu_host.sh > /tmp/hd.log 2>&1 < /dev/null &
 #   2. and on, until hd-steps.txt says done: sleep 300; COLLECT=1 bash bench/header_diet/pair_on_gpu_host.sh
 # Raw output under $OUT: v8-sm120a-h100-raw.tar.gz and v13-sm120a-h100-raw.tar.gz (build_one.sh's packs), hd-steps.txt,
 # host.txt, the two overlays. Then, here:
-#   python bench/header_diet/builds.py <v8 pack> <v13 pack> --out bench/header_diet/results/builds-<host>.json
+#   python bench/arch_builds/builds_report.py <v8 pack> <v13 pack> --pair <v8 pack> <v13 pack> --out bench/header_diet/results/builds-<host>.json
 # Environment: OUT, HOST (h100; h200 where the reply's device says so), ARCH (12.0a).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
