@@ -81,6 +81,12 @@ class TestError(BuildKernelError):
     exit_code = 11
 
 
+class DiskFullError(BuildKernelError):
+    """A folder the work writes ran out of space: which folder, what the work needs there, what is free."""
+
+    exit_code = 12
+
+
 class NotBuiltYet(BuildKernelError):
     """A pipeline stage that this version of the tool does not provide yet."""
 
