@@ -164,6 +164,10 @@ def _page(recipe: str, rows: list[dict[str, Any]]) -> str:
         'all recipes: <a href="../index.html">index</a>.</p>',
         f'<section id="timeline">{timeline}</section>', f'<section id="build">{build}</section>',
         f'<section id="tests">{tests}</section>',
+        # What the plots rest on: one record a night, nights in order (evenly spaced, not to scale in time).
+        f"<p>Plots: one point per night with a build ({sum(r['wall_s'] is not None for r in rows)} of {len(rows)}) "
+        f"or tests run ({sum(r['tests_passed'] is not None for r in rows)} of {len(rows)}), one run each; nights "
+        "evenly spaced in order, not to scale in time; hover a point or column for its values.</p>",
         f'<table id="nights">\n{head}\n' + "\n".join(table) + "\n</table>"])
 
 

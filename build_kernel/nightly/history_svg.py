@@ -81,7 +81,7 @@ def line_plot(title: str, unit: str, dates: Sequence[str], lines: Sequence[tuple
         for run in runs:
             if len(run) > 1:
                 out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(run)}"/>')
-        lx = LEFT + 150 + 150 * li
+        lx = WIDTH - RIGHT - 130 * (len(lines) - li)  # legends at the right: the title holds the left
         out.append(f'<rect x="{lx}" y="8" width="10" height="10" fill="{colour}"/>'
                    f'<text x="{lx + 14}" y="17" font-size="11">{escape(name)}</text>')
     out.extend(_x_labels(dates, [_x(i, len(dates)) for i in range(len(dates))]))
