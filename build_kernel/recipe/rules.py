@@ -204,7 +204,8 @@ def _check_omitted(r: Recipe, problems: _Problems, where: Any) -> None:
                          f"{name} is in {r.patches.series}/{r.patches.version}'s series: remove it from omitted")
         elif stem not in pooled:
             close = difflib.get_close_matches(stem, sorted(pooled), n=1)
-            fix = f"did you mean {close[0]!r}?" if close else f"patches of the pool: {', '.join(sorted(pooled))}"
+            fix = (f"did you mean {close[0]!r}?" if close else f"patches of the pool: {', '.join(sorted(pooled))}"
+                   if pooled else "the pool has no patches: remove it from omitted")
             problems.add(where("patches", "omitted"), f"patches.omitted.{name}", f"no patch of that name in the pool ({fix})")
 
 
