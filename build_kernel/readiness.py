@@ -14,7 +14,6 @@ message every problem, one line each.
 from __future__ import annotations
 
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 
 import git
 
-from build_kernel import examples, host_compiler, log, process, stack, toolchain
-from build_kernel.errors import BuildError, BuildKernelError, FetchError, ToolchainError
+from build_kernel import disk_space, examples, host_compiler, log, process, stack, toolchain
+from build_kernel.errors import BuildKernelError, DiskFullError, FetchError, ToolchainError
 from build_kernel.mirrors import is_url
 from build_kernel.plan import Plan
 from build_kernel.recipe import SHA_RE
@@ -31,13 +30,6 @@ from build_kernel.recipe import SHA_RE
 # What `git ls-remote` may take to say a remote answers: a DNS failure is instant, a firewall that drops
 # packets is not, and that wait must not be a build's first minute.
 PROBE_TIMEOUT_S = 10.0
-# Disk a build needs in the cache folder (estimates on the safe side, not measurements of every recipe):
-# a build environment with torch and its CUDA wheels (torch 2.14.1+cu130 installs 1.2 GB of torch and
-# 3.2 GB of nvidia/, and pip keeps the downloads), and the build folder, its objects and the wheel.
-ENV_GB = 8.0
-BUILD_GB = 4.0
-
-
 @dataclass(frozen=True)
 class Problem:
     kind: type[BuildKernelError]  # the error its stage would raise: its exit code is the run's
@@ -66,14 +58,22 @@ class Source:
 
 @dataclass(frozen=True)
 class Disk:
+    """One folder the plan writes: its free space against what the plan needs there (disk_space.needs)."""
+
+    role: str
     folder: str
-    free_gb: float
-    need_gb: float
+    free_bytes: int
+    need_bytes: int
+    basis: str
     line: str
 
     @property
     def ok(self) -> bool:
-        return self.free_gb >= self.need_gb
+        return self.free_bytes >= self.need_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "free_gb": round(self.free_bytes / 1e9, 2),
+                "need_gb": round(self.need_bytes / 1e9, 2)}
 
 
 @dataclass
@@ -204,15 +204,14 @@ def _failing(sources: list[Source]) -> list[str]:
     return [process.redact(line) for line in lines]  # a mirror URL may carry a password
 
 
-def check_disk(folder: Path, need_gb: float) -> Disk:
-    """Free space where the build writes (the nearest existing folder: nothing is created to ask)."""
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free / 1e9
-    line = (f"{free:.1f} GB free in {existing} (cache {folder}); a build needs about {need_gb:.0f} GB there "
-            "(free space, or pass --cache-dir on a larger disk)")
-    return Disk(str(folder), round(free, 2), need_gb, line)
+def check_disks(plan: Plan, *, env_built: bool) -> tuple[list[Disk], list[str]]:
+    """Each folder the plan writes against what it needs there; the problem lines (folders sharing a disk are
+    asked for their needs together). Nothing is created to ask."""
+    needs = disk_space.needs(plan, env_built=env_built)
+    disks = [Disk(n.role, str(n.folder), n.free(), n.bytes, n.basis,
+                  f"{disk_space.human(n.free())} free for the {n.label} {n.folder} (it needs about "
+                  f"{disk_space.human(n.bytes)}: {n.basis})") for n in needs]
+    return disks, disk_space.short(needs)
 
 
 def check(plan: Plan, *, offline: bool = False) -> Readiness:
@@ -238,7 +237,7 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
             tools.append(str(cuda["why"]))
         elif cuda["source"] == "wheels":  # the wheels replace the system nvcc: its problems are not the build's
             tools = [x for x in tools if not x.startswith("nvcc")]
-        disk = check_disk(plan.cache_dir, BUILD_GB + (ENV_GB if not found.built else 0.0))
+        disks, disk_problems = check_disks(plan, env_built=found.built)
         linkers, system = linkers_later.result(), system_later.result()
         pin_statuses = pins_later.result()
         sources = [later.result() for later in sources_later]
@@ -247,7 +246,7 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
     for kind, lines in ((ToolchainError, toolchain_problems),
                         (ToolchainError, tools + linkers.problems + [st.problem() for st in system if not st.ok]),
                         (FetchError, _missing_folders(plan) + _failing(sources)),
-                        (BuildError, [] if disk.ok else [disk.line])):
+                        (DiskFullError, disk_problems)):
         ready.problems += [Problem(kind, line) for line in lines]
     if warning := stack.series_warning(plan):
         ready.warnings.append(warning)
@@ -256,7 +255,7 @@ def check(plan: Plan, *, offline: bool = False) -> Readiness:
                      "mirrors": [rw.to_dict() for rw in plan.remotes() if rw.rewritten],
                      "pins": [s.to_dict() for s in pin_statuses], "toolchain_problems": toolchain_problems,
                      "sources": [{**asdict(s), "ok": s.ok} for s in sources],
-                     "disk": {**asdict(disk), "ok": disk.ok}}
+                     "disks": [d.to_dict() for d in disks]}
     return ready
 
 

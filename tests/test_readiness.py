@@ -13,7 +13,6 @@ import json
 import os
 from pathlib import Path
 
-from build_kernel import readiness
 from build_kernel.mirrors import default_config_file
 from tests.conftest import commit_files, run_cli, write_recipe, write_series
 
@@ -139,8 +138,11 @@ def test_local_sources_that_are_not_there_are_said_with_the_rest(project: Path, 
 
 
 def test_too_little_disk_is_a_problem_naming_the_folder_and_the_fix(tmp_path: Path) -> None:
-    disk = readiness.check_disk(tmp_path / "not-made-yet" / "cache", need_gb=1e9)  # more than any disk holds
-    assert not disk.ok and not (tmp_path / "not-made-yet").exists()  # asked where it exists, nothing made
-    assert f"GB free in {tmp_path} (cache {tmp_path / 'not-made-yet' / 'cache'}); a build needs about" in disk.line
-    assert disk.line.endswith("(free space, or pass --cache-dir on a larger disk)")
-    assert readiness.check_disk(tmp_path, need_gb=0.0).ok
+    from build_kernel.disk_space import Need, short
+
+    cache = tmp_path / "not-made-yet" / "cache"
+    [line] = short([Need("cache", cache, 10**18, "more than any disk holds", "pass --cache-dir on a larger disk")])
+    assert not (tmp_path / "not-made-yet").exists()  # asked where it exists, nothing made
+    assert f" free in {tmp_path}; the cache {cache} (1000000000.0 GB: more than any disk holds) need about" in line
+    assert line.endswith("(free space, or pass --cache-dir on a larger disk)")
+    assert short([Need("cache", tmp_path, 0, "nothing", "-")]) == []

@@ -124,9 +124,9 @@ def _doctor_table(facts: toolchain.Facts, data: dict[str, Any], p: Plan | None) 
     for source in data.get("sources", []):
         if source["ok"]:
             table.add_row("source", source["line"])
-    if (disk := data.get("disk")) and disk["ok"]:
-        table.add_row("disk", f"{disk['free_gb']:.1f} GB free for the cache {disk['folder']} (a build needs about "
-                              f"{disk['need_gb']:.0f} GB)")
+    for disk in data.get("disks", []):
+        if disk["ok"]:  # too little is listed below with the other problems
+            table.add_row("disk", disk["line"])
     if note := (data.get("stack") or {}).get("note"):
         table.add_row("build env", note)
     for warning in data.get("warnings", []):

@@ -100,8 +100,25 @@ def run(ctx: Context, stages: Iterable[Stage], *, clock: Callable[[], float] | N
             continue
         start = now()
         with log.step(stage.title(ctx)) as step:
-            done = stage.run(ctx)
+            try:
+                done = stage.run(ctx)
+            except Exception as exc:
+                if (full := _disk_full(ctx, stage.name, exc)) is not None:
+                    raise full from exc
+                raise
             if done.status == "failed":  # a verdict, not an exception (verify shows its table first)
                 step.fail()
         ctx.outcomes[stage.name] = {"status": done.status, "seconds": round(now() - start, 1), **done.info}
     return ctx
+
+
+def _disk_full(ctx: Context, stage: str, exc: Exception) -> BaseException | None:
+    """A stage's failure that was a full disk (ENOSPC here or in a program it ran), said as one: which folder,
+    what the plan needs there, what is free (disk_space)."""
+    from build_kernel import disk_space
+    from build_kernel.errors import DiskFullError
+
+    if isinstance(exc, DiskFullError) or ctx.dry_run:
+        return None
+    return disk_space.disk_full(exc, disk_space.needs(ctx.plan, env_built=True),
+                                 f"the {stage} stage")
