@@ -18,6 +18,7 @@ from packaging.version import Version
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.stages.builder import cudawheels, ninja_order
+from build_kernel.stages.builder import provenance as builder_provenance
 from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,8 @@ def test_make_wheel_builds_stamped_wheel_and_second_run_is_a_cache_hit(demo_buil
     with zipfile.ZipFile(demo_build.wheel) as zf:
         metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         version = next(l for l in zf.read(metadata).decode().splitlines() if l.startswith("Version: "))[9:]
-        provenance = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))))
+    provenance = builder_provenance.read(demo_build.wheel)  # the wheel's record and the run's beside it (paths)
+    assert provenance is not None
     assert version in name and f"+{label}" in version
     assert provenance["archs"] == ["12.0a"] and provenance["toolchain"]["nvcc_version"] == nvcc
     assert provenance["toolchain"]["cuda_source"] == source

@@ -12,12 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from build_kernel import recipe as recipe_mod
+from build_kernel.stages.builder import provenance
 from build_kernel.stages.verify import prune_proof
 from tests.conftest import REPO_ROOT, DemoBuild, run_cli, wheel_with
 
@@ -89,9 +89,7 @@ def _wheel_with_library(template: Path, so: Path, out: Path) -> Path:
 def _compile_activation(demo_build: DemoBuild, folder: Path, *flags: str, batch: bool = False) -> Path:
     """activation.cu alone, for sm_120a, into a shared library, with the nvcc the demo wheel was built with;
     `batch`: compiled as a unity batch that #includes it, as sgl-kernel's csrc/unity files do."""
-    with zipfile.ZipFile(demo_build.wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))
-        nvcc = json.loads(zf.read(name))["toolchain"]["nvcc"]
+    nvcc = (provenance.read(demo_build.wheel) or {})["toolchain"]["nvcc"]  # a path: the run's record, beside the wheel
     folder.mkdir(parents=True)
     source = folder / "activation.cu"  # compiled from its own folder, as a build tree would
     shutil.copy(REPO_ROOT / "examples/minikernel/csrc/activation.cu", source)

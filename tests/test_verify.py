@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from build_kernel import recipe as recipe_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
+from build_kernel.stages.builder import provenance
 from build_kernel.stages.verify import checks as verify
 from build_kernel.stages.verify import prune_proof
 from build_kernel.stages.verify.report import require_verified
@@ -91,9 +91,7 @@ def test_wheel_whose_flash_attn_raises_fails(demo_build: DemoBuild, tmp_path: Pa
 def test_wheel_lacking_sm120a_fails(demo_build: DemoBuild, tmp_path: Path) -> None:
     """The session's wheel with its FP4 library replaced by a real one compiled for sm_100a only (what a build
     for 10.0a holds: one nvcc compile here, not a second build of the miniature)."""
-    with zipfile.ZipFile(demo_build.wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith("build_kernel_provenance.json"))
-        nvcc = json.loads(zf.read(name))["toolchain"]["nvcc"]
+    nvcc = (provenance.read(demo_build.wheel) or {})["toolchain"]["nvcc"]  # a path: the run's record, beside the wheel
     so = tmp_path / "common_ops.so"
     subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-gencode=arch=compute_100a,code=sm_100a",
                     "-I", str(REPO_ROOT / "examples/minikernel/include"),
