@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from build_kernel import static_index
-from build_kernel.errors import PublishError, VerifyError
+from build_kernel.errors import DiskFullError, PublishError, VerifyError
 from build_kernel.recipe import Publish
 from build_kernel.stages import publish as pub
 from build_kernel.stages.verify.report import RECORD_SUFFIX
@@ -366,7 +366,8 @@ def test_static_folder_unchanged_when_regeneration_is_interrupted(tmp_path: Path
         real_write(path, text)
 
     monkeypatch.setattr(static_index, "_atomic_write", second_page_fails)
-    with pytest.raises(PublishError, match=r"No space left on device; the folder is unchanged"):
+    with pytest.raises(DiskFullError, match=rf"^no space left in {folder} \(the index\) during publishing .* needed "
+                                            r"there \(the wheel and its pages, the folder unchanged\), .* free \(free space there"):
         pub.publish([make_wheel(tmp_path / "w2", project, f"0.2.0{LOCAL}")], target, env=env)
     assert len(calls) == 2
     assert listing(folder) == before  # same files, byte for byte: no new wheel, no temp files

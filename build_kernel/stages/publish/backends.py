@@ -8,6 +8,7 @@ any web server can serve. Twine's output on failure becomes one clear error here
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from build_kernel import atomic, process, static_index
+from build_kernel import atomic, disk_space, process, static_index
 from build_kernel.errors import BuildKernelError, PublishError
 from build_kernel.stages.publish import index_page
 from build_kernel.stages.publish.credentials import credential_env_names
@@ -253,6 +254,11 @@ class StaticDirBackend:
             _restore(simple, files, dirs)
             if created and not any(root.iterdir()):
                 root.rmdir()
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # The wheel and its pages (a few kB each) are what it needs there.
+                need = disk_space.Need("index", root, wheel.stat().st_size + 64_000, "the wheel and its pages, "
+                                       "the folder unchanged", "publish to a folder on a larger disk")
+                raise disk_space.full_error(need, f"publishing {wheel.name}") from None
             if isinstance(exc, OSError):
                 raise self.target.fail(f"writing {wheel.name} into {root} failed: {exc}; the folder is unchanged",
                                        "free space or fix permissions, then publish again") from None
