@@ -209,9 +209,41 @@ def test_each_start_says_whether_it_captured_past_its_context_and_ops_are_groupe
     assert pcg["starts"][0]["cuda_error"] is None and "CUBLAS_STATUS_EXECUTION_FAILED" in pcg["starts"][1]["cuda_error"]
     assert pcg["died_only_past_the_context"] is True
     lib = result["variants"]["bf16"]["by_library"]
-    assert lib["from_the_wheel"] == ["deep_gemm.fp8_gemm_nt", "sgl_kernel.rmsnorm"]  # deep_gemm's two names: one kernel
+    # deep_gemm's two names: one kernel
+    assert lib["from_the_wheel_packages"] == ["deep_gemm.fp8_gemm_nt", "sgl_kernel.rmsnorm"]
     assert sorted(lib["libraries"]) == ["deep_gemm", "flashinfer", "sgl_kernel", "sglang"]
-    assert (lib["distinct_from_the_wheel"], lib["distinct_all"]) == (2, 4)
+    assert (lib["distinct_from_the_wheel_packages"], lib["distinct_all"]) == (2, 4)
+    # A hook that recorded no origins: the namespace's names, but none proven the wheel's (issue 70).
+    own = result["variants"]["bf16"]["wheel_ops"]
+    assert (own["origins_recorded"], own["ops"], own["sgl_kernel_namespace_by_name"]) == \
+        (False, [], ["sgl_kernel::rmsnorm"])
+
+
+def test_only_ops_registered_by_the_wheels_library_count_and_fwd_is_fwd_exactly(tmp_path: Path) -> None:
+    """Issue 70: the op report's origins decide; `sgl_kernel::fwd_x` is no FA3 call, an sgl_kernel:: op of another
+    library is listed apart."""
+    so = "/env/site-packages/sgl_kernel/sm90/common_ops.abi3.so"
+    ops = {"eager_during_requests": {"sgl_kernel::rmsnorm.default": 4, "sgl_kernel::fwd_decode": 2,
+                                     "sgl_kernel::shadow": 1},
+           "graph_captured": {"sgl_kernel::fwd": 3},
+           "sgl_kernel_ops": ["sgl_kernel::fwd", "sgl_kernel::rmsnorm"],
+           "sgl_kernel_ops_not_the_wheels": {"sgl_kernel::fwd_decode": None, "sgl_kernel::shadow": "/other/x.so"},
+           "origins": {"sgl_kernel::rmsnorm": so, "sgl_kernel::fwd": so.replace("common_ops", "flash_ops"),
+                       "sgl_kernel::shadow": "/other/x.so"}}
+    raw = tmp_path / "moe-serve-raw.tar.gz"
+    with tarfile.open(raw, "w:gz") as tar:
+        _add(tar, "bf16/bench.json", {"ops": ops, "bench": []})
+        _add(tar, "bf16/bench.err", "✓ serve\n")
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "serving" / "moe_serve_report.py"), str(raw),
+                           "--out", str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    own = json.loads(out.read_text())["variants"]["bf16"]["wheel_ops"]
+    assert (own["ops"], own["distinct"]) == (["sgl_kernel::fwd", "sgl_kernel::rmsnorm"], 2)
+    assert own["families"]["attention"] == ["sgl_kernel::fwd"] and own["families"]["rmsnorm"] == ["sgl_kernel::rmsnorm"]
+    assert own["sgl_kernel_namespace_by_name"] == ["sgl_kernel::fwd", "sgl_kernel::fwd_decode", "sgl_kernel::rmsnorm",
+                                                   "sgl_kernel::shadow"]
+    assert own["not_the_wheels"] == {"sgl_kernel::fwd_decode": None, "sgl_kernel::shadow": "/other/x.so"}
 
 
 def test_a_launch_only_start_and_a_wheel_built_elsewhere_are_kept(tmp_path: Path) -> None:

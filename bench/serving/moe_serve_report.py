@@ -44,9 +44,15 @@ FAMILIES = {
     "rotary": r"rope|rotary",
     "activation": r"silu_and_mul|gelu_and_mul",
     "sampling": r"sampling|renorm|min_p|top_k_mask",
-    # FA3's op is sgl_kernel's flash_ops `fwd` (`sgl_kernel::fwd`, `sgl_kernel.fwd` by module): the whole name.
-    "attention": r"prefill|decode|attention|merge_state|flash_attn|fwd_|(?:::|\.)fwd$",
+    # FA3's op is sgl_kernel's flash_ops `fwd`: `sgl_kernel::fwd` exactly (an overload suffix allowed), never a
+    # name that merely starts so (sglang's own wrapper `fwd_...` is no call of the wheel's FA3).
+    "attention": r"prefill|decode|attention|merge_state|flash_attn|::fwd(?:\.\w+)?$",
 }
+# Issue 70: the wheel's own ops are torch ops of exactly the sgl_kernel namespace whose registering library is the
+# wheel's (the op report's `origins`, recorded by the hook since then); a run whose hook recorded no origins can
+# name that namespace's ops, but not prove they were the wheel's.
+OWN_RULE = ("namespace exactly sgl_kernel:: and registered by a library of the served wheel (the hook's origins: "
+            "the file whose load registered the op)")
 
 
 # The packages of the served wheel that hold kernels, where the run kept no listing of the wheel (wheel-files.txt,
@@ -68,8 +74,21 @@ def by_library(ops: dict[str, Any], wheel_packages: set[str]) -> dict[str, Any]:
         groups.setdefault(library(name), []).append(name)
     # deep_gemm's Python entry and its torch op are one kernel counted twice: the wheel's figure counts kernels.
     from_wheel = sorted({n.replace("::", ".") for n in names if library(n) in wheel_packages})
-    return {"libraries": groups, "from_the_wheel": from_wheel, "distinct_from_the_wheel": len(from_wheel),
-            "distinct_all": len({n.replace("::", ".") for n in names})}
+    return {"libraries": groups, "from_the_wheel_packages": from_wheel, "distinct_from_the_wheel_packages":
+            len(from_wheel), "distinct_all": len({n.replace("::", ".") for n in names})}
+
+
+def wheel_ops(ops: dict[str, Any]) -> dict[str, Any]:
+    """The wheel's own ops by OWN_RULE, and the sgl_kernel namespace's names (what a name alone can say)."""
+    names = sorted({n.split(".")[0] for n in (*(ops.get("eager_during_requests") or {}),
+                                               *(ops.get("graph_captured") or {})) if n.startswith("sgl_kernel::")})
+    recorded = "origins" in ops
+    own = sorted(ops.get("sgl_kernel_ops") or []) if recorded else []
+    return {"rule": OWN_RULE, "origins_recorded": recorded, "ops": own, "distinct": len(own),
+            "families": {f: sorted(n for n in own if re.search(p, n)) for f, p in FAMILIES.items()},
+            "sgl_kernel_namespace_by_name": names,
+            "not_the_wheels": ops.get("sgl_kernel_ops_not_the_wheels") or {},
+            "origins": {op: (ops.get("origins") or {}).get(op) for op in names} if recorded else None}
 
 
 # sglang's log line for the token counts it captures in piecewise CUDA graphs, and the lines of a start that died.
@@ -171,6 +190,7 @@ def variant(tar: tarfile.TarFile, name: str, wheel_packages: set[str] = WHEEL_PA
         "ops": {k: ops.get(k) for k in ("sgl_kernel_ops", "eager_during_requests", "graph_captured", "processes")},
         "families": found,
         "by_library": by_library(ops, wheel_packages),
+        "wheel_ops": wheel_ops(ops),
         "families_missing": sorted(f for f, seen in found.items() if not (seen["requests"] or seen["graph"])),
         "agreement": _agreement(_json(tar, f"{name}/agreement.json")),
         "checks": [{k: c.get(k) for k in ("command", "returncode", "seconds")} for c in result.get("checks", [])],
@@ -354,9 +374,11 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in runs.items():
         close = (r["agreement"] or {}).get("logprobs_close") or {}
-        print(name, r["error"] or "", f"{len(r['ops']['sgl_kernel_ops'] or [])} sgl_kernel ops;",
+        own = r["wheel_ops"]
+        print(name, r["error"] or "", f"{own['distinct']} ops of the wheel (origins recorded: {own['origins_recorded']}),",
+              f"{len(own['sgl_kernel_namespace_by_name'])} sgl_kernel:: names;",
               f"missing families: {r['families_missing']};",
-              f"{r['by_library']['distinct_from_the_wheel']} distinct from the wheel,",
+              f"{r['by_library']['distinct_from_the_wheel_packages']} distinct from the wheel's packages by name,",
               f"{r['by_library']['distinct_all']} in all;",
               f"logprobs close {close.get('passed')}/{close.get('prompts')} ({close.get('verdict')}),",
               f"exact {(r['agreement'] or {}).get('exact_id_prompts')};",

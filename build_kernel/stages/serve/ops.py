@@ -5,6 +5,11 @@ The resolved-backend audit (audit.py) says what sglang chose; this says which of
 called. Ops called eagerly between the two snapshots ran for the smoke and bench requests; ops counted
 while a CUDA graph was being captured ran at start-up and replay in every decode step since (Python never
 sees a replay, so their count is the captures', not the replays').
+
+An op is the wheel's (`sgl_kernel_ops`) only when its namespace is exactly `sgl_kernel` AND the file whose load
+registered it (the hook brackets every library load) is the wheel's: its sha256 among the wheel's RECORD hashes
+where those are given, else a file of an installed `sgl_kernel` package (serve's preflight refuses an sgl_kernel
+whose files are not the wheel's). Ops of that namespace from elsewhere, or of no known file, are listed apart.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ FOLDER_VAR = "BUILD_KERNEL_OPS_DIR"
 SETTLE_S = 1.2  # the hook writes at most once a second
 SETTLE_MAX_S = 8.0
 KERNEL_NAMESPACE = "sgl_kernel::"
+PACKAGE_PART = "/sgl_kernel/"  # an installed sgl_kernel package's files: site-packages/sgl_kernel/...
 
 
 @dataclass
@@ -31,6 +37,8 @@ class Counts:
 
     calls: dict[str, dict[str, int]] = field(default_factory=dict)
     processes: int = 0
+    origins: dict[str, str] = field(default_factory=dict)  # op (no overload) -> the library that registered it
+    libraries: dict[str, str] = field(default_factory=dict)  # library -> sha256
 
 
 def enable(env: Mapping[str, str], folder: Path) -> dict[str, str]:
@@ -49,6 +57,9 @@ def read(folder: Path) -> Counts:
         except (OSError, json.JSONDecodeError):  # renamed into place, so only a vanished file; skip it
             continue
         counts.processes += 1
+        for name, origin in (data.get("origins") or {}).items():
+            counts.origins.setdefault(name, str(origin))
+        counts.libraries.update({str(k): str(v) for k, v in (data.get("libraries") or {}).items()})
         for name, by_kind in (data.get("calls") or {}).items():
             total = counts.calls.setdefault(name, {"eager": 0, "graph": 0})
             for kind in ("eager", "graph"):
@@ -69,18 +80,40 @@ def snapshot(folder: Path) -> Counts:
     return last
 
 
-def report(before: Counts, after: Counts) -> dict[str, Any]:
+def op_of(name: str) -> str:
+    """The op a counted name calls: `sgl_kernel::fwd.default` -> `sgl_kernel::fwd` (the overload dropped)."""
+    return name.split(".")[0]
+
+
+def wheels_own(name: str, origins: Mapping[str, str], libraries: Mapping[str, str],
+               wheel_sha256: Collection[str] | None = None) -> bool:
+    """Is this counted name an op of the sgl_kernel namespace registered by a library of the served wheel?"""
+    op = op_of(name)
+    origin = origins.get(op)
+    if op.split("::")[0] + "::" != KERNEL_NAMESPACE or not origin:
+        return False
+    if wheel_sha256 is not None:
+        return libraries.get(origin) in wheel_sha256
+    return PACKAGE_PART in origin
+
+
+def report(before: Counts, after: Counts, wheel_sha256: Collection[str] | None = None) -> dict[str, Any]:
     """Ops called eagerly between the snapshots, ops captured in CUDA graphs, and the wheel's among them."""
     eager = {name: c["eager"] - before.calls.get(name, {}).get("eager", 0) for name, c in after.calls.items()}
     eager = {name: n for name, n in sorted(eager.items()) if n > 0}
     graph = {name: c["graph"] for name, c in sorted(after.calls.items()) if c["graph"] > 0}
     startup = {name: c["eager"] for name, c in sorted(before.calls.items()) if c["eager"] > 0}
-    kernel = sorted({n for n in (*eager, *graph) if n.startswith(KERNEL_NAMESPACE)})
+    ran = {op_of(n) for n in (*eager, *graph)}
+    kernel = sorted(op for op in ran if wheels_own(op, after.origins, after.libraries, wheel_sha256))
+    elsewhere = {op: after.origins.get(op) for op in sorted(ran) if op.startswith(KERNEL_NAMESPACE) and op not in kernel}
     return {
         "eager_during_requests": eager,  # smoke (and bench): calls between the snapshots
         "graph_captured": graph,  # called while a CUDA graph was captured: replayed in decode
         "eager_at_startup": startup,  # warm-up, health check: before the first snapshot
-        "sgl_kernel_ops": kernel,
+        "sgl_kernel_ops": kernel,  # the wheel's own: namespace sgl_kernel, registered by the wheel's library
+        "sgl_kernel_ops_not_the_wheels": elsewhere,  # that namespace, another library (or none known)
+        "origins": {op: after.origins[op] for op in sorted(ran) if op in after.origins},
+        "libraries": dict(sorted(after.libraries.items())),
         "processes": after.processes,
         "seen": bool(after.calls),
     }
@@ -91,8 +124,10 @@ def summary(found: Mapping[str, Any]) -> list[str]:
         return ["ops: the hook counted no custom op in the server's processes (none called, or none imported "
                 "torch)"]
 
+    own = set(found["sgl_kernel_ops"])
+
     def names(ops: Mapping[str, int]) -> str:
-        short = [n.removeprefix(KERNEL_NAMESPACE) for n in ops if n.startswith(KERNEL_NAMESPACE)]
+        short = sorted({op_of(n).removeprefix(KERNEL_NAMESPACE) for n in ops if op_of(n) in own})
         return ", ".join(short) or "none"
 
     others = sorted({n.split("::")[0] if "::" in n else n.split(".")[0]
@@ -100,5 +135,7 @@ def summary(found: Mapping[str, Any]) -> list[str]:
                      if not n.startswith(KERNEL_NAMESPACE)})
     return [f"sgl_kernel ops called for the requests: {names(found['eager_during_requests'])}",
             f"sgl_kernel ops captured in CUDA graphs: {names(found['graph_captured'])}",
-            f"{len(found['sgl_kernel_ops'])} distinct sgl_kernel ops in {found['processes']} process(es)"
+            f"{len(found['sgl_kernel_ops'])} distinct sgl_kernel ops of the wheel in {found['processes']} process(es)"
+            + (f"; sgl_kernel ops of another library: {', '.join(found['sgl_kernel_ops_not_the_wheels'])}"
+               if found.get("sgl_kernel_ops_not_the_wheels") else "")
             + (f"; other counted namespaces: {', '.join(others)}" if others else "")]

@@ -11,6 +11,12 @@ stream is capturing a graph is counted as "graph": it replays during decode, whe
 it again. A daemon thread writes this process's counts to `ops-<pid>.json` in that folder (a temporary
 file renamed over it) at most once a second, and again at exit.
 
+Which library registered each op (issue 70: an `sgl_kernel::` name alone does not say the op is the wheel's): every
+extension module's load (importlib's ExtensionFileLoader.create_module, the dlopen that runs a library's static op
+registrations, whoever asked for it: sgl_kernel's own loader builds its spec by hand) and every
+`torch.ops.load_library` is bracketed by torch's list of registered ops; the ops new after it are that file's, and
+the file's sha256 is kept for ops of ATTRIBUTED namespaces (so a report can compare it with the wheel's RECORD).
+
 It never breaks the server: each step swallows its own errors (the op itself is always called), and
 nothing runs in a process that calls no counted op. Standard library only; nothing of build_kernel.
 """
@@ -37,8 +43,11 @@ WRAPPED = ("flashinfer", "deep_gemm")
 # Their builders and helpers are no kernels (a JIT generator named after decode is not a decode).
 SKIPPED_PARTS = {"jit", "aot", "testing", "utils", "profiler", "autotuner", "tuner", "env", "logging", "api_logging"}
 WRAPPED_METHODS = ("run", "forward")
+ATTRIBUTED = ("sgl_kernel::",)  # namespaces whose libraries are hashed
 
 _counts: dict[tuple[str, bool], int] = {}
+_origins: dict[str, str] = {}  # op (namespace::name, no overload) -> the file whose load registered it
+_libraries: dict[str, str] = {}  # such a file -> its sha256
 _state = {"writer": False, "dirty": False}
 
 
@@ -76,7 +85,7 @@ def _payload() -> dict[str, Any]:
     except Exception:
         role = ""
     return {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[:3], "process": role, "time": time.time(),
-            "calls": calls}
+            "calls": calls, "origins": dict(_origins), "libraries": dict(_libraries)}
 
 
 def write() -> None:
@@ -98,6 +107,60 @@ def _write_loop() -> None:
         time.sleep(INTERVAL_S)
         if _state["dirty"]:
             write()
+
+
+def _op_names() -> set[str] | None:
+    torch = sys.modules.get("torch")
+    names = getattr(getattr(torch, "_C", None), "_dispatch_get_all_op_names", None)
+    return set(names()) if names is not None else None
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _attribute(before: set[str] | None, origin: str | None) -> None:
+    """The ops registered since `before` came from `origin`."""
+    try:
+        after = _op_names()
+        if before is None or after is None or not origin:
+            return
+        origin = os.path.realpath(origin)
+        new = {name.split(".")[0] for name in after - before if not name.startswith(UNCOUNTED)}
+        for name in new:
+            _origins.setdefault(name, origin)
+        if any(name.startswith(ATTRIBUTED) for name in new) and origin not in _libraries:
+            _libraries[origin] = _sha256(origin)
+        if new:
+            _state["dirty"] = True
+    except Exception:
+        pass
+
+
+def _bracketed(original: Callable[..., Any], origin_of: Callable[..., str | None]) -> Callable[..., Any]:
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            before = _op_names()
+        except Exception:
+            before = None
+        result = original(*args, **kwargs)
+        _attribute(before, origin_of(*args, **kwargs))
+        return result
+
+    load.__wrapped__ = original  # type: ignore[attr-defined]
+    return load
+
+
+def _patch_extension_loader() -> None:
+    cls = importlib.machinery.ExtensionFileLoader
+    cls.create_module = _bracketed(cls.create_module,  # type: ignore[method-assign]
+                                   lambda self, spec: getattr(spec, "origin", None) or getattr(self, "path", None))
 
 
 def _after_fork() -> None:
@@ -124,6 +187,9 @@ def _patch_torch_ops(module: types.ModuleType) -> None:
         cls = getattr(module, cls_name, None)
         if cls is not None and "__call__" in cls.__dict__:
             cls.__call__ = counting(cls.__dict__["__call__"], attr)
+    ops = getattr(module, "_Ops", None)
+    if ops is not None and "load_library" in ops.__dict__:
+        ops.load_library = _bracketed(ops.__dict__["load_library"], lambda self, path, *a, **k: str(path))
 
 
 def _counted(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -206,6 +272,7 @@ def install() -> None:
         if "torch._ops" in sys.modules:  # imported before us: patch in place
             _patch_torch_ops(sys.modules["torch._ops"])
         sys.meta_path.insert(0, _Finder())
+        _patch_extension_loader()
         os.register_at_fork(after_in_child=_after_fork)
         import atexit
 
