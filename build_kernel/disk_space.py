@@ -49,6 +49,9 @@ ENV = 8 * GB
 REAL_WHEEL = 24 * MB  # the 11.8 MB wheel, twice (the wheel beside its verify and test records; a second build)
 # A rerun whose wheel is already built (same recipe, commit and archs in the cache): records, logs, a test run.
 CACHED_BUILD = 16 * MB
+# Free space below which a folder counts as full whatever the failure said: less than the smallest file a stage
+# writes in one go (a page, a record: a few kB; the demo's wheel 94 kB), so a disk this full fails the next write.
+NEARLY_FULL = 256_000
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 28\]|\bENOSPC\b")
 # A log a message names (process.run's `; full log: PATH`, a build's `see PATH`): read for what its tail says.
@@ -189,7 +192,10 @@ def full_path(exc: BaseException) -> Path | bool:
             return Path(e.filename) if isinstance(e.filename, str) else True
     for e in _chain(exc):
         text = e.render() if isinstance(e, BuildKernelError) else str(e)
-        if _FULL_TEXT.search(text) or (isinstance(e, BuildKernelError) and _log_says_full(text)):
+        # A child's output kept on the exception (subprocess.CalledProcessError: ensurepip in a full cache).
+        text += "".join(x if isinstance(x, str) else x.decode(errors="replace")
+                        for x in (getattr(e, "output", None), getattr(e, "stderr", None)) if isinstance(x, str | bytes))
+        if _FULL_TEXT.search(text) or _log_says_full(text):
             return True
     return False
 
@@ -198,7 +204,14 @@ def disk_full(exc: BaseException, needs_: Sequence[Need], doing: str) -> DiskFul
     """`exc` as a full disk (None when it is not one): the folder it was writing (the path it names, else the
     plan's folder with the least free space for what it needs), what the plan needs there and what is free."""
     where = full_path(exc)
-    if where is False or not needs_:
+    if where is False:
+        # Not said as a full disk, but a folder the work writes has (next to) nothing free: the failure is that
+        # (nvcc with a full TMPDIR says `Could not open output file`, which a read-only folder says too).
+        nearly_full = [n for n in needs_ if n.free() < min(n.bytes, NEARLY_FULL)]
+        if not nearly_full:
+            return None
+        return full_error(min(nearly_full, key=lambda n: n.free()), doing)
+    if not needs_:
         return None
     chosen = None
     if isinstance(where, Path):
