@@ -67,7 +67,7 @@ sglang = "0.5.0"
 [test]
 timeout_s = 0
 [test.expect."tests/test_a.py"]
-outcome = "skip"
+outcome = "uncollectable"
 message = "boom"
 [serve]
 sglang = "source"
@@ -104,8 +104,8 @@ def test_every_problem_of_a_recipe_at_once_through_the_cli(recipes: Path, tmp_pa
         (19, 'toolchain.torch: "nightly" needs torch_index, the index to take the newest from (e.g. torch_index = '
              '"https://download.pytorch.org/whl/nightly/cu130")'),
         (22, "test.timeout_s: 0.0 is no time limit (e.g. timeout_s = 900)"),
-        (25, "test.expect.\"tests/test_a.py\".message: applies to outcome = \"fail\" only (this one is 'skip'): "
-             "remove it"),
+        (25, "test.expect.\"tests/test_a.py\".message: applies to outcome = \"fail\" or \"skip\" (this one is "
+             "'uncollectable'): remove it"),
         (27, "serve.sglang: \"source\" builds sglang from [source] commit, but [toolchain] sglang = '0.5.0' names a "
              "release: remove one of them"),
         (28, "serve.health_timeout_s: must be more than 0, not 0.0 (e.g. health_timeout_s = 1800.0)"),

@@ -254,8 +254,10 @@ class Expectation:
     reason: str = _doc("Why, in a sentence: shown beside the verdict.", "")
     evidence: str = _doc("How it was shown (e.g. the same test fails against a wheel built without the series).", "")
     when_asked: tuple[str, ...] = _doc("Expected only when one of these archs is asked; empty: always.", factory=tuple)
-    message: str = _doc("`fail` only: a failure is expected only when its message holds this text (e.g. the wheel's "
-                        "own one-line error for a kernel it left out); empty: any failure.", "")
+    message: str = _doc("`fail`: a failure is expected only when its message holds this text (e.g. the wheel's own "
+                        "one-line error for a kernel it left out); empty: any failure. `skip`: the skip's reason text "
+                        "it explains (required: a skip is explained by its reason, never by its file alone). "
+                        "`re:PATTERN`: a regular expression searched in the text instead.", "")
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,15 @@ def _check_test(r: Recipe, problems: _Problems, where: Any) -> None:
         if exp.outcome not in ("skip", "fail", "uncollectable"):
             problems.add(where(table, "outcome"), f"{table}.outcome",
                          f"{exp.outcome!r} is not one of skip, fail, uncollectable (e.g. outcome = \"skip\")")
-        if exp.message and exp.outcome != "fail":
+        if exp.message and exp.outcome == "uncollectable":
             problems.add(where(table, "message"), f"{table}.message",
-                         f"applies to outcome = \"fail\" only (this one is {exp.outcome!r}): remove it")
+                         "applies to outcome = \"fail\" or \"skip\" (this one is 'uncollectable'): remove it")
+        if exp.message.startswith("re:"):
+            try:
+                re.compile(exp.message[3:])
+            except re.error as exc:
+                problems.add(where(table, "message"), f"{table}.message",
+                             f"{exp.message!r} is no regular expression ({exc}): fix the pattern after 're:'")
         if not exp.reason:
             problems.add(where(table, "reason"), f"{table}.reason",
                          "missing: say why it is expected (red means new only while every known outcome says why)")
