@@ -136,10 +136,13 @@ def build(plan: Plan, tree: Tree, python: str, *, force: bool = False, offline: 
 
 def _reproducible(plan: Plan, key: str, defines: Mapping[str, str]) -> dict[str, str]:
     """`defines` with nvcc_paths in front of the CUDA launcher (the compile cache's, if any): nvcc's output then
-    names no folder of this build (reproducible.py). Both backends take it from here (setuptools: PYTORCH_NVCC)."""
+    names no folder of this build (reproducible.py). Both backends take it from here (setuptools: PYTORCH_NVCC).
+    CMake links with the install RPATH at once: the build tree's RPATH (the driver stub's folder) would be
+    blanked at install, but the GNU build ID, computed at link, would still hash it."""
     name = "CMAKE_CUDA_COMPILER_LAUNCHER"
     maps = reproducible.prefix_maps(cache.work_dir(plan, key), plan.cache_dir)
-    return {**defines, name: reproducible.cuda_launcher(sys.executable, maps, defines.get(name, ""))}
+    return {"CMAKE_BUILD_WITH_INSTALL_RPATH": "ON", **defines,
+            name: reproducible.cuda_launcher(sys.executable, maps, defines.get(name, ""))}
 
 
 def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, defines: Mapping[str, str], key: str,
