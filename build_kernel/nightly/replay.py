@@ -37,7 +37,7 @@ from build_kernel.plan import Plan, resolve
 from build_kernel.series import Series
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import apply as patches
-from build_kernel.stages.patch import check, health
+from build_kernel.stages.patch import check, health, upstreamed
 from build_kernel.stages.patch.mirrorgit import git, out, rev_parse
 
 _WHOLE = (patches.APPLIES, patches.OFFSET)
@@ -60,10 +60,14 @@ def parse_range(text: str) -> tuple[str, str]:
 
 def nights_of(mirror: Path, start: str, end: str, subdir: str, env: Mapping[str, str]) -> list[Night]:
     days: dict[str, str] = {}
+    latest = ""
     for line in out(mirror, "log", "--first-parent", "--reverse", "--format=%H %cs", f"{start}..{end}", "--",
                     subdir or ".", env=env).splitlines():
         sha, day = line.split()
-        days[day] = sha  # oldest first: the day's last commit stays
+        # Oldest first, the day's last commit stays. A commit dated before the one merged ahead of it (its
+        # committer's clock, a late merge) reached main after it: it belongs to the later night.
+        latest = max(latest, day)
+        days[latest] = sha
     first = Night(out(mirror, "log", "-1", "--format=%cs", start, env=env).strip(), start)
     rest = [Night(day, sha) for day, sha in days.items()]
     if not rest or rest[-1].commit != end:
@@ -125,6 +129,10 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     rows = _health_rows(plan, mirror, start_sha, end_sha, offline)
     nights = nights_of(mirror, start_sha, end_sha, src.subdir, plan.env)
     records, details = [], []
+    # Beside the choice: which of the recipe's own patches upstream has (Applied-Upstream in the night's history),
+    # whatever series the nights chose: what a version without them leaves out for a reason, not by accident.
+    where = health._Tree(get, mirror, state_dir / ".replay-unused-tree", pyproject)  # its mirror only: no checkout
+    fixes = upstreamed.resolve(plan.series.patches, where)
     good: tuple[str, Series] | None = None  # the last good night's commit and series
     pins_before: dict[str, str] | None = None
     with log.step(f"replay: {len(nights)} night(s) of {start_sha[:12]}..{end_sha[:12]}"):
@@ -168,6 +176,7 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
                 "night": night.date, "commit": night.commit, "archs": [a.torch for a in plan.archs],
                 "package_version": _version(mirror, night.commit, pyproject, get), "pins": pins,
                 "chosen": chosen.name if chosen else None, "tried": [list(t) for t in choice.tried],
+                "recipe_patches_upstream": list(upstreamed.fixed_at(night.commit, fixes, where)),
                 "plan": "ok" if isinstance(planned, Plan) else planned,
                 "patch_check": checked,
                 "patch_health": None if at_row is None else {"applies": at_row, "newest": newest,

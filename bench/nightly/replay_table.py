@@ -1,0 +1,84 @@
+"""The replay's table from its raw records: a row per night (night, commit, package version, series chosen, retired,
+conflict and first bad commit, build wall, the plan's verdict, patch check and patch health beside the choice), and
+what the choice drops: the recipe's own series' patches (nightly-cu130: sm120 v8) that the chosen version does not
+carry and that no night so far reported retired, and the patches it carries that the recipe omits.
+
+    python bench/nightly/replay_table.py bench/nightly/raw/local-2c-2026-12-07 --out bench/nightly/results/replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from build_kernel.nightly import record  # the contract's reader: only records that keep it
+
+RECIPE_SERIES = ROOT / "patches" / "sm120" / "v8"  # nightly-cu130's own version (recipes/nightly-cu130.toml)
+OMITTED = {"0011-split-heavy-tus.patch"}  # its [patches.omitted]
+
+
+def _names(version: str | None) -> list[str]:
+    if version is None:
+        return []
+    return [n for n in (ROOT / "patches" / "sm120" / version / "series").read_text().split() if not n.startswith("#")]
+
+
+def rows(raw: Path) -> list[dict[str, Any]]:
+    records = record.read_all(raw)
+    detail = {d["commit"]: d for d in json.loads((raw / "replay.json").read_text())["nights"]}
+    own = _names(RECIPE_SERIES.name)
+    retired: set[str] = set()
+    out = []
+    for r in records:
+        d = detail[r["upstream"]["commit"]]
+        series = r["series"]
+        retired |= set(series["retired"])
+        carried = _names(series["version"])
+        conflict = series["conflict"]
+        build = r["build"]
+        health = d.get("patch_health")
+        out.append({
+            "night": r["night"], "commit": r["upstream"]["commit"][:12], "package_version": d["package_version"],
+            "outcome": r["outcome"], "series": series["version"], "retired": series["retired"],
+            "conflict": None if conflict is None else {"patch": conflict["patch"],
+                                                       "first_bad_commit": (conflict["first_bad_commit"] or "")[:12]},
+            "build_wall_s": None if build is None else build["wall_s"],
+            "plan": d["plan"], "patch_check": d["patch_check"],
+            "patch_health": None if health is None else {"newest_applying": health["newest"],
+                                                         "agrees": health["agrees"]},
+            "drops": sorted(set(own) - set(carried) - retired) if carried else [],
+            "carries_omitted": sorted(OMITTED & set(carried)),
+            "lock_changes": [f"{c['pin']} {c['from']} -> {c['to']}" for c in r["lock_changes"]],
+        })
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    table = rows(args.raw)
+    health = [r["patch_health"] for r in table if r["patch_health"] is not None]
+    summary = {
+        "nights": len(table), "raw": args.raw.name,
+        "outcomes": {o: sum(r["outcome"] == o for r in table) for o in record.OUTCOMES},
+        "series": {v: sum(r["series"] == v for r in table) for v in sorted({str(r["series"]) for r in table})},
+        "patch_check_applies": sum(r["patch_check"] is True for r in table),
+        "patch_health_rows": len(health), "patch_health_agrees": sum(h["agrees"] for h in health),
+        "nights_dropping_unretired_patches": sum(bool(r["drops"]) for r in table),
+        "nights_carrying_omitted_patches": sum(bool(r["carries_omitted"]) for r in table),
+        "built": sum(r["build_wall_s"] is not None for r in table),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"summary": summary, "nights": table}, indent=1, sort_keys=True) + "\n")
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
