@@ -29,7 +29,7 @@ index that the reference run's folder does not have. Recovered = exit 0, wheel a
 in content where only the provenance differs), no leftover. Target: 100 %.
 
 Raw output (appended per point, so a stopped run resumes where it was): raw/kill_anywhere/points.jsonl,
-reference-{cold,warm}.json, logs/NNN.txt (the killed run's and the rerun's last lines).
+reference-{cold,warm}-slotN.json (one per worker folder), logs/NNN.txt (the killed run's and the rerun's last lines).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import random
 import re
 import shutil
@@ -194,16 +195,19 @@ class Run:
         return code
 
 
-def reference(work: Path, state: str) -> dict[str, Any]:
-    """One uninterrupted run from `state`: its stage times, wheel and index (what every point is compared with)."""
-    folder = _fresh(work, state, f"reference-{state}")
+def reference(work: Path, state: str, slot: int) -> dict[str, Any]:
+    """One uninterrupted run from `state` in a slot's folder: its stage times, wheel and index (what every point
+    run in that folder is compared with)."""
+    folder = _fresh(work, state, f"slot-{slot}")
     run = Run(folder)
     code = run.finish()
     if code != 0:
         sys.exit(f"the uninterrupted {state} run failed (exit {code}):\n" + "\n".join(line for _, line in run.lines[-30:]))
-    return {"state": state, "tool": tool_version(), "exit": code, "seconds": round(time.monotonic() - run.start, 2),
-            "stages": _stage_times(run.marks), "marks": [[round(t, 2), k, s] for t, k, s in run.marks],
-            "folder": str(folder), **snapshot(folder)}
+    found = {"state": state, "slot": slot, "tool": tool_version(), "exit": code,
+             "seconds": round(time.monotonic() - run.start, 2), "stages": _stage_times(run.marks),
+             "marks": [[round(t, 2), k, s] for t, k, s in run.marks], "folder": str(folder), **snapshot(folder)}
+    shutil.rmtree(folder)
+    return found
 
 
 def _stage_times(marks: list[tuple[float, str, str]]) -> dict[str, list[float]]:
@@ -261,10 +265,9 @@ def tool_version() -> dict[str, Any]:
             "changed": git("status", "--porcelain", "--", "build_kernel").splitlines()}
 
 
-def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]], logs: Path) -> dict[str, Any]:
-    ref = refs[point["state"]]
+def kill_point(work: Path, point: dict[str, Any], ref: dict[str, Any], slot: int, logs: Path) -> dict[str, Any]:
     tool = tool_version()
-    folder = _fresh(work, point["state"], f"point-{point['id']:03d}")
+    folder = _fresh(work, point["state"], f"slot-{slot}")
     kind, stage, delay = _delay(point, ref)
     run = Run(folder)
     killed_at, escaped, finished_first = None, [], False
@@ -303,7 +306,7 @@ def kill_point(work: Path, point: dict[str, Any], refs: dict[str, dict[str, Any]
         + f"\n--- rerun exit {rerun.returncode} in {rerun_s:.1f} s, last 25 lines\n"
         + "\n".join((rerun.stdout + rerun.stderr).splitlines()[-25:]) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
-    return {**point, "tool": tool, "delay_s": round(delay, 2), "killed_at_s": None if killed_at is None else round(killed_at, 2),
+    return {**point, "slot": slot, "tool": tool, "delay_s": round(delay, 2), "killed_at_s": None if killed_at is None else round(killed_at, 2),
             "finished_before_kill": finished_first, "last_mark": in_stage, "escaped": sorted(escaped),
             "first_exit": first_code, "leftovers_after_kill": _leftovers(after_kill, ref),
             "tmp_after_kill": after_kill["tmp"],
@@ -412,14 +415,23 @@ def run_study(work: Path, workers: int, limit: int | None) -> None:
     (RAW / "logs").mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     make_warm_base(work)
-    refs = {}
-    for state in ("cold", "warm"):
-        path = RAW / f"reference-{state}.json"
-        if not path.exists():
-            ref = reference(work, state)
-            path.write_text(json.dumps(ref, indent=1, sort_keys=True) + "\n")
-            print(f"reference {state}: {ref['seconds']} s, stages {ref['stages']}", flush=True)
-        refs[state] = json.loads(path.read_text())
+    # Each worker runs its points in a folder of its own, always the same one (slot-N): a build's libraries carry
+    # bytes that depend on the folder they were built in (its path in the GNU build ID and debug strings), so
+    # each point is compared with an uninterrupted run in the same folder: the slot's references.
+    def refs_of(slot: int) -> None:
+        for state in ("cold", "warm"):
+            path = RAW / f"reference-{state}-slot{slot}.json"
+            if not path.exists():
+                ref = reference(work, state, slot)
+                path.write_text(json.dumps(ref, indent=1, sort_keys=True) + "\n")
+                print(f"reference {state} slot {slot}: {ref['seconds']} s, stages {ref['stages']}", flush=True)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(refs_of, range(workers)))
+    refs = _references(RAW)
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(workers):
+        slots.put(slot)
     results = RAW / "points.jsonl"
     done = {json.loads(line)["id"] for line in results.read_text().splitlines()} if results.exists() else set()
     todo = [p for p in POINTS if p["id"] not in done][:limit]
@@ -427,10 +439,13 @@ def run_study(work: Path, workers: int, limit: int | None) -> None:
     lock = threading.Lock()
 
     def one(point: dict[str, Any]) -> None:
+        slot = slots.get()
         try:
-            row = kill_point(work, point, refs, RAW / "logs")
+            row = kill_point(work, point, refs[f"{point['state']}-{slot}"], slot, RAW / "logs")
         except Exception as exc:  # a harness failure is kept as such, not counted as the tool's
-            row = {**point, "harness_error": repr(exc)}
+            row = {**point, "slot": slot, "harness_error": repr(exc)}
+        finally:
+            slots.put(slot)
         with lock, results.open("a") as fh:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
         ok = _recovered(row)
@@ -442,19 +457,29 @@ def run_study(work: Path, workers: int, limit: int | None) -> None:
         list(pool.map(one, todo))
 
 
+def _references(raw: Path) -> dict[str, dict[str, Any]]:
+    """`state-slot` -> that slot's uninterrupted run from that state."""
+    found = {}
+    for path in sorted(raw.glob("reference-*-slot*.json")):
+        ref = json.loads(path.read_text())
+        found[f"{ref['state']}-{ref['slot']}"] = ref
+    return found
+
+
 def _recovered(row: dict[str, Any]) -> bool:
     return (row.get("rerun_exit") == 0 and bool(row.get("wheel_content")) and bool(row.get("published_content"))
             and bool(row.get("index_content")) and not row.get("leftovers"))
 
 
 def report(raw: Path, out: Path) -> None:
-    refs = {s: json.loads((raw / f"reference-{s}.json").read_text()) for s in ("cold", "warm")}
+    refs = _references(raw)
     rows = [json.loads(line) for line in (raw / "points.jsonl").read_text().splitlines()]
     rows.sort(key=lambda r: r["id"])
     for r in rows:  # the names compared as _norm does (rows measured before it compared them unnormalised)
         if "harness_error" not in r:
-            r["leftovers"] = _new_names(r["leftovers"], refs[r["state"]])
-            r["leftovers_after_kill"] = _new_names(r["leftovers_after_kill"], refs[r["state"]])
+            ref = refs[f"{r['state']}-{r['slot']}"]
+            r["leftovers"] = _new_names(r["leftovers"], ref)
+            r["leftovers_after_kill"] = _new_names(r["leftovers_after_kill"], ref)
     planned = {p["id"] for p in POINTS}
     by_stage: dict[str, dict[str, int]] = {}
     failures = []
@@ -473,8 +498,8 @@ def report(raw: Path, out: Path) -> None:
     result = {
         "what": "SIGKILL to the process group of `build-kernel --recipe demo` (make demo's pipeline) at fixed points, "
                 "then the same command again (bench/faults/kill_anywhere.py)",
-        "references": {s: {"seconds": r["seconds"], "stages": r["stages"],
-                           "wheel": r["wheels"], "index_files": sorted(r["index"])} for s, r in refs.items()},
+        "references": {k: {"seconds": r["seconds"], "stages": r["stages"], "folder": r["folder"],
+                           "wheel": r["wheels"], "index_files": sorted(r["index"])} for k, r in refs.items()},
         "points_planned": len(planned), "points_run": len(ran),
         "recovered": sum(_recovered(r) for r in ran),
         "rerun_green": sum(r["rerun_exit"] == 0 for r in ran),
