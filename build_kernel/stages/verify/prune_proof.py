@@ -296,12 +296,14 @@ def prove(pruned: Path, unpruned: Path, patterns: tuple[str, ...], *, env: Mappi
         if not mine.functions:
             continue  # no device code (a host-only library)
         if rel not in rel_theirs:
-            proof.failures.append(f"{rel}: not in the unpruned wheel {unpruned.name}")
+            proof.failures.append(f"{rel}: not in the unpruned wheel {unpruned.name} (compare with a wheel of the same "
+                                  "commit and archs built without the arch-pruning patch)")
             continue
         other = done[rel_theirs[rel]]
         lib = compare(rel, mine, other)
         proof.libraries.append(lib)
         proof.failures.extend(_failures(lib, other.archs))
     if not proof.libraries and not proof.failures:
-        proof.failures.append(f"{pruned.name}: no CUDA library with device code to compare")
+        proof.failures.append(f"{pruned.name}: no CUDA library with device code to compare (give the built wheel, "
+                              "not a pure-Python one)")
     return proof
