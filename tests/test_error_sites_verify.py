@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from build_kernel.archs import parse_arch_list
-from build_kernel.stages.verify import jit_cache
+from build_kernel.stages.verify import jit_cache, prune_proof
 from tests.conftest import DemoBuild
 
 ARCHS = parse_arch_list(["12.0a"])
@@ -48,3 +48,29 @@ def test_a_module_whose_sass_lacks_the_asked_instructions(demo_build: DemoBuild,
         (entry / "common_ops.so").write_bytes(wheel.read(name))
     report = jit_cache.verify(tmp_path / "cache", ARCHS, ["NO_SUCH_OPCODE"], dict(os.environ))
     assert report.failures == ["common_ops: none of NO_SUCH_OPCODE in its sm_120a SASS (not compiled for an `a` arch?)"]
+
+
+def _pure_wheel(folder: Path) -> Path:
+    """A pure-Python wheel: a real zip with its dist-info, no library in it."""
+    info, path = "demo_pkg-1.0.dist-info", folder / "demo_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("demo_pkg/__init__.py", "")
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_prune_proof_of_a_wheel_without_cuda_libraries(tmp_path: Path) -> None:
+    pure = _pure_wheel(tmp_path)
+    proof = prune_proof.prove(pure, pure, (), env=dict(os.environ))
+    assert proof.failures == [f"{pure.name}: no CUDA library with device code to compare (give the built wheel, not a "
+                              "pure-Python one)"]
+
+
+@pytest.mark.slow
+def test_prune_proof_against_a_wheel_that_lacks_the_library(demo_build: DemoBuild, tmp_path: Path) -> None:
+    pure = _pure_wheel(tmp_path)
+    proof = prune_proof.prove(demo_build.wheel, pure, (), env=dict(os.environ))
+    assert f"minikernel/sm100/common_ops.so: not in the unpruned wheel {pure.name} (compare with a wheel of the same " \
+           "commit and archs built without the arch-pruning patch)" in proof.failures
