@@ -6,7 +6,7 @@ source: its include/ and csrc/ are searched before the build folder's). The v8 a
 the same time (`--parallel 2`, one per core), so both see the same load; each under `/usr/bin/time` (CPU seconds,
 the peak RSS of nvcc's largest process) with `nvcc --time` (seconds per phase). Header probes (`--probe NAME=FILE`:
 a .cu of only some headers) compile with the first TU's line and the first tree's folders. `report` reads what
-`run` wrote and writes results/phases.json.
+`run` wrote (each compile's .time and .csv) and writes results/phases.json.
 
     python bench/header_diet/phases.py run <build>/cmake --tree v8=/tmp/src-v8 --tree v13=/tmp/src-v13 \
         --tu csrc/gemm/nvfp4_scaled_mm_kernels --out bench/header_diet/raw/<dir>
@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> None:
                                         for tu in args.tu for label, tree in trees.items()]
     first_tree = next(iter(trees.values()))
     jobs += [(f"probe__{name}", args.tu[0], first_tree, path) for name, path in args.probe]
+    if args.resume:  # a compile with a finished record is not run again
+        jobs = [job for job in jobs if not ((args.out / f"{job[0]}.time").is_file()
+                                            and (args.out / f"{job[0]}.time").read_text().strip())]
 
     def one(job: tuple[str, str, Path, Path]) -> dict[str, Any]:
         name, tu, tree, source = job
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
 
     with ThreadPoolExecutor(args.parallel) as pool:
         done = list(pool.map(one, jobs))
-    runs = args.out / "runs.json"  # a later run (more probes) adds to the earlier one's
+    runs = args.out / "runs.json"  # what the compilers said; a later run (more probes) adds to the earlier one's
     earlier = [r for r in json.loads(runs.read_text()) if r["file"] not in {d["file"] for d in done}] \
         if runs.is_file() else []
     runs.write_text(json.dumps(earlier + done, indent=1) + "\n")
@@ -98,23 +101,25 @@ def _phases(path: Path) -> dict[str, float]:
     return out
 
 
-def _time(path: Path) -> dict[str, float]:
-    """/usr/bin/time's last line (`wall user system maxrss_kib`; a failed command adds a line before it)."""
-    wall, user, system, rss = path.read_text().split("\n")[-2].split()
-    return {"wall_s": float(wall), "cpu_s": round(float(user) + float(system), 1),
-            "peak_rss_gb": round(int(rss) * 1024 / 1e9, 2)}
+def _time(path: Path) -> dict[str, Any]:
+    """/usr/bin/time's last line (`wall user system maxrss_kib`); a failed command adds `Command exited with
+    non-zero status N` before it."""
+    lines = path.read_text().splitlines()
+    wall, user, system, rss = lines[-1].split()
+    failed = [line for line in lines[:-1] if "exited with non-zero status" in line]
+    return {"rc": int(failed[0].split()[-1]) if failed else 0, "wall_s": float(wall),
+            "cpu_s": round(float(user) + float(system), 1), "peak_rss_gb": round(int(rss) * 1024 / 1e9, 2)}
 
 
 def report(args: argparse.Namespace) -> None:
-    runs = {r["file"]: r for r in json.loads((args.raw / "runs.json").read_text())}
+    # Each compile's .time file is its record (a run stopped midway keeps those it finished); an unfinished
+    # compile's (an empty .time) is left out.
     files: dict[str, dict[str, Any]] = {}
-    for name, r in sorted(runs.items()):
-        entry: dict[str, Any] = {"rc": r["rc"]}
-        if (args.raw / f"{name}.time").is_file():
-            entry.update(_time(args.raw / f"{name}.time"))
-        if (args.raw / f"{name}.csv").is_file():
-            entry["phases_s"] = _phases(args.raw / f"{name}.csv")
-        files[name] = entry
+    for path in sorted(args.raw.glob("*.time")):
+        if path.read_text().strip():
+            files[path.stem] = _time(path)
+            if path.with_suffix(".csv").is_file():
+                files[path.stem]["phases_s"] = _phases(path.with_suffix(".csv"))
     labels = sorted({n.split("__")[0] for n in files if not n.startswith("probe__")})
     tus = sorted({n.split("__")[1] for n in files if not n.startswith("probe__")})
     pairs: dict[str, Any] = {}
@@ -146,6 +151,7 @@ def main() -> None:
     r.add_argument("--tu", action="append", required=True, help="a TU without .cu, e.g. csrc/gemm/fp8_gemm_kernel")
     r.add_argument("--probe", action="append", type=_pair, default=[], help="NAME=FILE, a header probe .cu")
     r.add_argument("--only-probes", action="store_true", help="compile the probes alone (the TUs were compiled)")
+    r.add_argument("--resume", action="store_true", help="skip the compiles a stopped run finished")
     r.add_argument("--parallel", type=int, default=2)
     r.add_argument("--nice", type=int, default=10)
     r.add_argument("--out", type=Path, required=True)
