@@ -1,0 +1,74 @@
+"""Builder errors no other test reached (bench/code_health/error_sites.py, issue 68 item 1).
+
+The builder's own functions, called as the build stage calls them, on real files in tmp_path: the
+setuptools backend's version file and the built wheel's version, where nvcc comes from (`choose`, with
+the facts the toolchain probe gives), pip installing the CUDA toolkit from an index that has nothing
+(a real pip against an empty local index: no network), and a nightly's version. Each error is one
+line naming what is wrong and the fix, with its kind's exit code (BuildError 6, ToolchainError 3).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_kernel.archs import parse_arch_list
+from build_kernel.errors import BuildError, ToolchainError
+from build_kernel.stages.builder import backends, cudawheels, devrelease
+from build_kernel.toolchain import Facts
+
+
+def test_setuptools_version_file_without_a_version_line(tmp_path: Path) -> None:
+    (tmp_path / "version.py").write_text("VERSION = '1.0'\n")
+    with pytest.raises(BuildError) as info:
+        backends.Setuptools("version.py").read_version(tmp_path)
+    assert info.value.exit_code == 6
+    assert info.value.render() == (f"{tmp_path / 'version.py'}: no `__version__ = \"...\"` line to stamp "
+                                   "(fix [build] version_file: the file setup.py reads its version from)")
+
+
+def test_a_wheel_that_says_another_version_than_stamped(tmp_path: Path) -> None:
+    wheel = tmp_path / "pkg-1.0+cu130.local-py3-none-any.whl"
+    with pytest.raises(BuildError) as info:
+        backends.check_version(wheel, "1.0+cu130")
+    assert info.value.render() == (
+        f"{wheel.name} says version 1.0+cu130.local, the tool stamped 1.0+cu130 (the package adds to its version "
+        "itself (e.g. a *_LOCAL_VERSION variable in [build] env): unset that, or point [build] version_file at the "
+        "line setup.py reads)")
+
+
+def test_cuda_toolkit_for_a_torch_without_cuda_or_without_a_pypi_compiler() -> None:
+    facts = Facts(python=sys.executable, python_version="3.12")  # no system nvcc found
+    with pytest.raises(ToolchainError) as info:
+        cudawheels.choose("auto", facts, "", parse_arch_list(["12.0a"]))
+    assert info.value.exit_code == 3
+    assert info.value.render() == ("torch has no CUDA (a CPU build?): cannot match a CUDA toolkit to it (install a "
+                                   "CUDA build of torch (e.g. +cu130))")
+    with pytest.raises(ToolchainError) as info:
+        cudawheels.choose("auto", facts, "12.8", parse_arch_list(["9.0a"]))
+    assert info.value.message.startswith("no system nvcc found, and PyPI has no CUDA 12.8 compiler "
+                                         "(nvidia-cuda-nvcc-cu12 holds ptxas and libnvvm but no nvcc, cicc or cudafe++")
+    assert info.value.hint is not None and info.value.hint.startswith("install CUDA 12.8 (e.g. /usr/local/cuda-12.8)")
+
+
+def test_pip_finding_no_toolkit_in_the_index(tmp_path: Path) -> None:
+    """A real pip, its index an empty local folder: what a host without the index's files meets."""
+    empty = tmp_path / "index"
+    empty.mkdir()
+    env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(empty), "PATH": "/usr/bin:/bin"}
+    log = tmp_path / "pip.log"
+    with pytest.raises(ToolchainError) as info:
+        cudawheels._pip_install(sys.executable, tmp_path / "target", ["nvidia-cuda-nvcc==13.0.88"], "13.0", log, env)
+    assert info.value.render() == (
+        f"no CUDA 13.0 toolkit: pip found no nvidia-cuda-nvcc at all (no network or no index?); full log: {log} "
+        "(check network / PIP_INDEX_URL, or build offline with a cached toolkit)")
+    assert not (tmp_path / "target" / ".pip-tmp").exists()
+
+
+def test_a_nightly_of_a_version_that_is_not_pep440() -> None:
+    with pytest.raises(BuildError) as info:
+        devrelease.stamp("0.4-final-build", "20261207")
+    assert info.value.render() == ("the package's version '0.4-final-build' is not PEP 440, so nights cannot sort by "
+                                   "it (build a commit whose version is PEP 440 (e.g. 0.4.3))")
