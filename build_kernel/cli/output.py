@@ -81,7 +81,11 @@ def message_for(exc: BaseException) -> ErrorMessage:
         # say their fix; the parser's (no such option, a bad or missing value) get the way to the command's help.
         first, *rest = printable_lines(exc.format_message()) or [""]
         line = " ".join([first.rstrip("."), *(r.strip() for r in rest if r.strip())])
-        parser = type(exc) is not click.UsageError
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError) and isinstance(ctx, click.Context):
+            # A group given no command: its message is the whole help; the commands it has, on one line.
+            commands = ctx.command.list_commands(ctx) if isinstance(ctx.command, click.Group) else []
+            line = f"{ctx.command_path}: no command given (one of: {', '.join(commands)})"
+        parser = type(exc) is not click.UsageError or line.startswith("Got unexpected extra argument")
         # click's parser raises some without a context ("requires an argument"): still a way to the help.
         where = (f"see '{ctx.command_path} --help'" if isinstance(ctx, click.Context) else "see the command's --help") \
             if parser else None
