@@ -105,7 +105,7 @@ def test_each_file_outcome_is_told_apart(results: dict[str, runner.FileResult]) 
 
 def test_red_means_new(results: dict[str, runner.FileResult]) -> None:
     exps = [Expectation("test_fail.py::test_bad", "fail", "upstream's own: 2 + 2 is not 5", "the same on main"),
-            Expectation("*::test_gpu", "skip", "no GPU on this host"),
+            Expectation("*::test_gpu", "skip", "no GPU on this host", message="needs a GPU"),
             Expectation("test_missing.py", "uncollectable", "its dependency is not packaged")]
     judged = {f: verdict.judge(r, exps) for f, r in results.items()}
     assert not judged["tests/test_fail.py"].red
@@ -120,6 +120,45 @@ def test_red_means_new(results: dict[str, runner.FileResult]) -> None:
     assert bare.red and bare.line == "FAILED: 1 new (test_bad)" and bare.unexplained_skips == [
         "tests/test_fail.py::test_gpu: needs a GPU"]
     assert verdict.judge(results["tests/test_missing.py"], []).line == "UNCOLLECTABLE (no module not_a_module_anywhere)"
+
+
+SKIPS = ("import pytest\n\n@pytest.mark.skip(reason='needs a GPU')\ndef test_gpu():\n    pass\n\n"
+         "@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_grid(n):\n    if n != 2:\n        pytest.skip()\n\n"
+         "def test_fp4():\n    pytest.skip('Nvfp4 Requires compute capability of 10 or above.')\n")
+
+
+def test_a_skip_is_explained_by_its_reason_not_by_its_file(tmp_path: Path) -> None:
+    """Issue 70 item 5, on a real pytest run: a skip expectation names the reason text (or a `re:` pattern of it); a
+    bare pytest.skip() ('Skipped') or a reason none names stays unexplained, whatever the file pattern matches."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_skips.py").write_text(SKIPS)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    [result] = runner.run_all(sys.executable, ["tests/test_skips.py"], tmp_path, tmp_path / "out", env, timeout_s=60,
+                              parallel=1)
+    assert sorted(result.skipped.values()) == ["Nvfp4 Requires compute capability of 10 or above.", "Skipped",
+                                               "Skipped", "needs a GPU"]
+    gpu = Expectation("test_skips.py", "skip", "no GPU here", message="needs a GPU")
+    fp4 = Expectation("test_skips.py", "skip", "NVFP4 needs 10.0+", message="re:^Nvfp4 Requires compute capability")
+    # A file pattern without a reason explains nothing (before issue 70 it explained all four).
+    assert len(verdict.judge(result, [Expectation("test_skips.py", "skip", "anything")]).unexplained_skips) == 4
+    judged = verdict.judge(result, [gpu, fp4])
+    assert sorted(judged.unexplained_skips) == ["tests/test_skips.py::test_grid[1]: Skipped",
+                                                "tests/test_skips.py::test_grid[3]: Skipped"]
+    assert judged.line == "1 passed, 4 skipped (2 explained)"
+    # The bare skips are explained only by their exact text, and only where the node pattern pins them.
+    bare = Expectation("test_skips.py::test_grid*", "skip", "the grid's own invalid points", message="re:^Skipped$")
+    assert verdict.judge(result, [gpu, fp4, bare]).unexplained_skips == []
+    elsewhere = Expectation("test_skips.py::test_gpu*", "skip", "wrong place", message="re:^Skipped$")
+    assert len(verdict.judge(result, [gpu, fp4, elsewhere]).unexplained_skips) == 2
+
+
+def test_a_skip_pattern_that_is_no_regular_expression_is_a_recipe_problem(project: Path) -> None:
+    text = demo_recipe_text()
+    start = text.index('message = "re:', text.index('[test.expect."*_on_gpu"]'))
+    text = text[:start] + 'message = "re:needs (a"' + text[text.index("\n", start):]
+    done = run_cli("recipes", "show", str(write_recipe(project, "bad", text)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "message: 're:needs (a' is no regular expression" in done.stderr and "fix the pattern" in done.stderr
 
 
 def test_expectations_follow_the_asked_archs() -> None:

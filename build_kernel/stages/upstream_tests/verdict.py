@@ -3,11 +3,14 @@
 An expectation names files or node ids by glob, an outcome (`skip`, `fail`, `uncollectable`),
 the reason and the evidence. A failure or an uncollectable file no expectation explains is red;
 so is every crash and timeout. A skip is never red, but one no expectation explains is listed as
-unexplained.
+unexplained. A skip is explained only by its reason (issue 70: a file pattern alone explained every
+bare `Skipped`): the expectation's `message` must be in the skip's reason text, or, written
+`re:PATTERN`, match it (re.search); a skip expectation without a message explains no skip.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -47,10 +50,27 @@ class Verdict:
                 "expected": self.expected, "unexplained_skips": self.unexplained_skips}
 
 
+PATTERN_PREFIX = "re:"
+
+
+def holds(expected: str, text: str) -> bool:
+    """Does `text` (a failure's message, a skip's reason) hold the expectation's `message`?"""
+    if expected.startswith(PATTERN_PREFIX):
+        try:
+            return re.search(expected[len(PATTERN_PREFIX):], text) is not None
+        except re.error:
+            return False  # rules.py reports the broken pattern at load time
+    return expected in text
+
+
 def _why(exps: Sequence[Expectation], outcome: str, file: str, node: str | None,
          message: str = "") -> Expectation | None:
-    return next((e for e in exps if e.outcome == outcome and _matches(e, file, node)
-                 and (not e.message or e.message in message)), None)
+    def says(e: Expectation) -> bool:
+        if outcome == "skip":  # only a named reason explains a skip
+            return bool(e.message) and holds(e.message, message)
+        return not e.message or holds(e.message, message)
+
+    return next((e for e in exps if e.outcome == outcome and _matches(e, file, node) and says(e)), None)
 
 
 def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
@@ -76,7 +96,7 @@ def judge(result: FileResult, exps: Sequence[Expectation]) -> Verdict:
         else:
             new.append(node)
     for node, reason in result.skipped.items():
-        if exp := _why(exps, "skip", file, node):
+        if exp := _why(exps, "skip", file, node, reason):
             verdict.expected.append({"node": node, "outcome": "skip", "reason": exp.reason})
         else:
             verdict.unexplained_skips.append(f"{node}: {reason}" if reason else node)
