@@ -7,7 +7,12 @@ of one (pure relays like `Target.fail` left out), recipe `problems.add(`, `probl
 the statement run, CLI subprocesses included (COVERAGE_PROCESS_START + a .pth, removed after);
 inside a lambda: the lambda ran (its entry arc in the branch data).
 
-    python bench/code_health/error_sites.py [--markers EXPR ("": all, ~10 min)] [--data .coverage] [--save-data F] [--json]
+    python bench/code_health/error_sites.py [--markers EXPR ("": all, ~25 min)] [--tests PATH...]
+        [--data .coverage [.coverage ...]] [--save-data F] [--json]
+
+`--tests` runs only those test files (e.g. the ones added since a saved run); `--data` with several files
+counts a site reached when any of them saw it (coverage combine), e.g. the whole suite's saved data and
+that of the files added since.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -176,16 +182,17 @@ def inventory() -> list[Site]:
     return sorted((s for f in finders for s in f.sites), key=lambda s: (s.file, s.line))
 
 
-def measure(markers: str, tmp: Path) -> tuple[Path, int]:
+def measure(markers: str, tests: list[str], tmp: Path) -> tuple[Path, int]:
     """Run pytest under coverage, subprocesses too; the combined data file and pytest's exit code."""
     rc = tmp / "coveragerc"
     # No `sigterm = true`: its handler deadlocks a spawned Pool worker that Pool.terminate() stops.
     rc.write_text(f"[run]\nsource = {PKG}\nbranch = true\nparallel = true\n"
                   f"data_file = {tmp / '.coverage'}\n"
                   "disable_warnings = no-data-collected, module-not-measured, module-not-imported\n")
-    pth = Path(sysconfig.get_paths()["purelib"]) / "zz_error_sites_coverage.pth"  # run this with .venv's python
+    # Run this with .venv's python. One file per run: a run that ends removes its own, not a parallel run's.
+    pth = Path(sysconfig.get_paths()["purelib"]) / f"zz_error_sites_coverage_{os.getpid()}.pth"
     cmd = [sys.executable, "-c", LAUNCH, str(rc), "run", f"--rcfile={rc}", "--parallel-mode",
-           "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-m", markers] if markers else [])]
+           "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-m", markers] if markers else []), *tests]
     pth.write_text(PTH)
     try:
         code = subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr, check=False).returncode
@@ -193,6 +200,20 @@ def measure(markers: str, tmp: Path) -> tuple[Path, int]:
         pth.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", f"--rcfile={rc}"], cwd=ROOT, check=True)
     return tmp / ".coverage", code
+
+
+def combine(files: list[Path], tmp: Path) -> Path:
+    """One data file of several saved ones (their copies: `coverage combine` consumes what it reads)."""
+    if len(files) == 1:
+        return files[0]
+    copies = [tmp / f".coverage.given{i}" for i in range(len(files))]
+    for given, copy in zip(files, copies, strict=True):
+        shutil.copyfile(given, copy)
+    rc = tmp / "combinerc"
+    rc.write_text(f"[run]\nbranch = true\ndata_file = {tmp / '.coverage'}\n")
+    subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", f"--rcfile={rc}", *map(str, copies)],
+                   cwd=ROOT, check=True)
+    return tmp / ".coverage"
 
 
 def mark(sites: list[Site], data_file: Path) -> bool:
@@ -221,7 +242,8 @@ def tally(sites: list[Site], key: str) -> dict[str, dict[str, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markers", default=DEFAULT_MARKERS, help='pytest -m expression; "" runs every test')
-    ap.add_argument("--data", type=Path, help="a combined .coverage file to use instead of running pytest")
+    ap.add_argument("--tests", nargs="+", default=[], help="test files to run (default: the whole suite)")
+    ap.add_argument("--data", type=Path, nargs="+", help="combined .coverage files to use instead of running pytest")
     ap.add_argument("--save-data", type=Path, help="keep the combined .coverage file here (for --data)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--json", action="store_true", help="print the JSON result instead of the tables")
@@ -232,7 +254,7 @@ def main() -> int:
     sites = inventory()
     tmp = Path(tempfile.mkdtemp(prefix="error-sites-"))
     try:
-        data_file, pytest_exit = (args.data, None) if args.data else measure(args.markers, tmp)
+        data_file, pytest_exit = (combine(args.data, tmp), None) if args.data else measure(args.markers, args.tests, tmp)
         if args.save_data and not args.data:
             shutil.copyfile(data_file, args.save_data)
         arcs = mark(sites, data_file)
@@ -242,7 +264,8 @@ def main() -> int:
     changed = sorted(p.relative_to(PKG).as_posix() for p, b in sources.items() if not p.is_file() or p.read_bytes() != b)
     unreached = [s for s in sites if not s.reached]
     result: dict[str, Any] = {
-        "markers": None if args.data else args.markers, "data": str(args.data) if args.data else None,
+        "markers": None if args.data else args.markers, "tests": args.tests or None,
+        "data": [str(d) for d in args.data] if args.data else None,
         "pytest_exit": pytest_exit, "branch_data": arcs, "changed_during_run": changed,
         "total": len(sites), "reached": len(sites) - len(unreached),
         "by_module": tally(sites, "file"), "by_kind": tally(sites, "kind"),
