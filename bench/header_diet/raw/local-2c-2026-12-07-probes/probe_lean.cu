@@ -1,0 +1,2 @@
+#include "sgl_kernel_torch_lean.h"
+#include "utils.h"
