@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel.stages.builder import nvcc_paths, provenance
+from build_kernel.stages.builder import nvcc_paths, provenance, reproducible
 from build_kernel.stages.verify import rebuild
 from tests.conftest import DemoBuild, run_cli
 
@@ -68,15 +68,19 @@ def test_what_varies_per_run_goes_beside_the_wheel_and_comes_back_merged(tmp_pat
 
 def test_the_nvcc_launcher_gives_cudafe_the_sources_mapped_path() -> None:
     """cudafe++ hashes the source's absolute path into anonymous-namespace names: the launcher passes the mapped
-    one, and the host compiler's prefix maps, for a CMake and a cpp_extension command line alike."""
+    one, for a CMake and a cpp_extension command line alike; the prefix maps go by environment."""
     maps = [("/c", "/build-kernel-cache"), ("/c/build/k", ".")]
     cmake = ["nvcc", "-DX", "-x", "cu", "-c", "/c/build/k/src/csrc/a.cu", "-o", "a.o", "-MF", "a.d"]
     torch = ["sccache", "nvcc", "--generate-dependencies-with-compile", "--dependency-output", "b.o.d", "-c",
              "/c/deps/dep/b.cu", "-o", "b.o"]
-    assert nvcc_paths.rewrite(cmake, maps)[-2:] == ["-Xcudafe", "--orig_src_path_name=./src/csrc/a.cu"]
+    assert nvcc_paths.rewrite(cmake, maps) == [*cmake, "-Xcudafe", "--orig_src_path_name=./src/csrc/a.cu"]
     assert nvcc_paths.rewrite(torch, maps)[-1] == "--orig_src_path_name=/build-kernel-cache/deps/dep/b.cu"
-    assert "-Xcompiler=-ffile-prefix-map=/c/build/k=." in nvcc_paths.rewrite(cmake, maps)
-    assert nvcc_paths.source_of(["nvcc", "--version"]) is None
+    assert nvcc_paths.rewrite(["nvcc", "--version"], maps) == ["nvcc", "--version"]
+    env = reproducible.flags(maps, {"CXXFLAGS": "-O2"})
+    assert env["CXXFLAGS"] == "-ffile-prefix-map=/c=/build-kernel-cache -ffile-prefix-map=/c/build/k=. -O2"
+    assert env["NVCC_APPEND_FLAGS"].split() == ["-Xcompiler=-ffile-prefix-map=/c=/build-kernel-cache",
+                                                "-Xcompiler=-ffile-prefix-map=/c/build/k=."]
+    assert set(reproducible.flags(maps, {}, host=False)) == {"NVCC_APPEND_FLAGS"}  # sccache: host folders kept
 
 
 def test_compare_names_the_member_and_the_elf_section_that_differ(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def _children_cpu() -> float:
 
 
 def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int, work: Path,
-                cache_env: Mapping[str, str] | None = None) -> dict[str, str]:
+                cache_env: Mapping[str, str] | None = None, *, host_maps: bool = True) -> dict[str, str]:
     """The build's environment: the plan's, the toolkit's, the job count, the compile cache's, the recipe's, and
     last what makes its output independent of the time and the folders it runs in (reproducible.py)."""
     facts = selected.facts
@@ -66,7 +66,7 @@ def compile_env(plan: Plan, selected: toolkit.Selected, tree: Tree, jobs: int, w
         env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
     env.update(cache_env or {})
     env.update(plan.recipe.build.env)
-    env.update(reproducible.host_flags(reproducible.prefix_maps(work, plan.cache_dir), env))
+    env.update(reproducible.flags(reproducible.prefix_maps(work, plan.cache_dir), env, host=host_maps))
     return env
 
 
@@ -182,9 +182,13 @@ def _compile(plan: Plan, tree: Tree, python: str, selected: toolkit.Selected, de
                  f"# {plan.jobs.derivation}\n# {sched.why}\n")
     started, t0, cpu0 = dt.datetime.now(dt.timezone.utc), time.monotonic(), _children_cpu()
     cache_env = {**(link_env or {}), **(launcher.env if launcher else {}), **how.env}
+    host_maps = not launcher or launcher.tool != "sccache"
+    if not host_maps:
+        log.info("reproducible: host compiles keep their folders (sccache hashes -ffile-prefix-map's paths and would "
+                 "miss across folders): the wheel is the same bytes when rebuilt in the same folder")
 
     def env_for(jobs: int, sched_env: Mapping[str, str]) -> dict[str, str]:
-        env = {**compile_env(plan, selected, tree, jobs, work, cache_env), **sched_env}
+        env = {**compile_env(plan, selected, tree, jobs, work, cache_env, host_maps=host_maps), **sched_env}
         env["PATH"] = ":".join([*how.path_first, env.get("PATH", "")])
         return env
 

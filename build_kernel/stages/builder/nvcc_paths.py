@@ -2,15 +2,16 @@
 
     python -S .../build_kernel/stages/builder/nvcc_paths.py --map OLD=NEW [--map OLD=NEW]... -- [launcher...] nvcc args...
 
-Two things of a CUDA object name the folder it was compiled in, and neither is reached by a flag the
-same for every compile:
-- `__FILE__` and the host compiler's paths: `-Xcompiler=-ffile-prefix-map=OLD=NEW` (the same for every
-  compile; added here too so that both backends get it from one place);
+Two things of a CUDA object name the folder it was compiled in:
+- `__FILE__` and the host compiler's paths: `-Xcompiler=-ffile-prefix-map=OLD=NEW`, the same for every compile,
+  given through NVCC_APPEND_FLAGS (reproducible.py), not here: an argument with the build's absolute folder in
+  it would cost a compile cache its hits across folders (ccache 4.7 measured: nvcc with it misses, without hits);
 - the anonymous-namespace names (`_GLOBAL__N__<hash>_13_activation_cu_<hash>`), in the host object and in
   the fatbin: cudafe++ hashes the source's absolute path (`--orig_src_path_name`, which nvcc always passes
   absolute). Measured with nvcc 13.0: the same file in two folders gives two names; a constant name gives
   one name for two files of different content (an ODR hazard), so each compile is given its own path with
-  the prefix mapped: `-Xcudafe --orig_src_path_name=./csrc/x.cu` (cudafe++ takes the last one given).
+  the prefix mapped: `-Xcudafe --orig_src_path_name=./csrc/x.cu` (cudafe++ takes the last one given; a path
+  relative to the build, so a compile cache in front of nvcc hashes the same words in any folder).
 
 It runs once per compile and must start fast (recorder.py says why): standard library only, then exec.
 """
@@ -48,12 +49,11 @@ def source_of(args: list[str]) -> str | None:
 
 
 def rewrite(command: list[str], maps: list[tuple[str, str]]) -> list[str]:
-    """`command` (`[launcher...] nvcc args...`) with the flags that take the build's folders out of its output."""
-    extra = [f"-Xcompiler=-ffile-prefix-map={old}={new}" for old, new in maps]
+    """`command` (`[launcher...] nvcc args...`) with cudafe++ given the source's mapped path."""
     source = source_of(command)
-    if source is not None:
-        extra += ["-Xcudafe", f"--orig_src_path_name={mapped(os.path.abspath(source), maps)}"]
-    return [*command, *extra]
+    if source is None:
+        return command
+    return [*command, "-Xcudafe", f"--orig_src_path_name={mapped(os.path.abspath(source), maps)}"]
 
 
 def parse(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:

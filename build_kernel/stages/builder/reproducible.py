@@ -3,9 +3,10 @@
 - SOURCE_DATE_EPOCH = the pinned commit's commit time: scikit-build-core, setuptools' bdist_wheel and our
   repack (provenance.py) write it as every archive member's time;
 - the build's folders mapped to fixed names in everything the compilers write: `-ffile-prefix-map` for the
-  host compiler (CFLAGS/CXXFLAGS: CMake reads them at configure, setuptools adds them to its compiler) and
-  the nvcc launcher (nvcc_paths.py: the same map through -Xcompiler, and each source's path for cudafe++);
-  the GNU build ID follows from the content once the paths are gone;
+  host compiler (CFLAGS/CXXFLAGS: CMake reads them at configure, setuptools adds them to its compiler), for
+  nvcc's host steps (NVCC_APPEND_FLAGS, read by nvcc itself under either backend) and each source's own path
+  for cudafe++ (the nvcc launcher, nvcc_paths.py); the GNU build ID follows from the content once the paths
+  are gone;
 - what varies per run (times, CPU seconds, memory, paths, host) kept out of the wheel (provenance.py).
 """
 
@@ -22,6 +23,7 @@ from build_kernel.stages.builder import nvcc_paths
 LAUNCHER = str(Path(nvcc_paths.__file__).resolve())
 CACHE_NAME = "/build-kernel-cache"  # what the cache folder is called in the wheel's bytes
 HOST_FLAGS = ("CFLAGS", "CXXFLAGS")
+NVCC_FLAGS = "NVCC_APPEND_FLAGS"
 
 
 def epoch(root: Path, commit: str) -> int:
@@ -35,10 +37,16 @@ def prefix_maps(work: Path, cache_dir: Path) -> list[tuple[str, str]]:
     return [(str(cache_dir.absolute()), CACHE_NAME), (str(work.absolute()), ".")]
 
 
-def host_flags(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
-    """CFLAGS/CXXFLAGS with the maps first, the flags the environment or recipe gives kept after them."""
-    ours = " ".join(shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in maps)
-    return {name: f"{ours} {env[name]}".strip() if env.get(name) else ours for name in HOST_FLAGS}
+def flags(maps: list[tuple[str, str]], env: Mapping[str, str], *, host: bool = True) -> dict[str, str]:
+    """NVCC_APPEND_FLAGS and (with `host`) CFLAGS/CXXFLAGS with the maps, the environment's or recipe's own flags
+    kept after them. Not `host` under sccache: it hashes a host compile's arguments with their folders (ccache
+    knows -ffile-prefix-map and does not), so the maps would cost its C++ hits across folders (the wheel's
+    host objects then name the build folder: reproducible in the same folder only, said in the log)."""
+    ours = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
+    out = {NVCC_FLAGS: " ".join(shlex.quote(f"-Xcompiler={f}") for f in ours)}
+    if host:
+        out.update({name: " ".join(shlex.quote(f) for f in ours) for name in HOST_FLAGS})
+    return {name: f"{value} {env[name]}" if env.get(name) else value for name, value in out.items()}
 
 
 def cuda_launcher(python: str, maps: list[tuple[str, str]], launcher: str = "") -> str:
