@@ -69,6 +69,7 @@ def test_prune_proof_passes_for_pruned_against_unpruned(demo_build: DemoBuild, u
     assert lib["identical"] == lib["functions_pruned"] and not lib["missing"] and not lib["differing"]
     key = f"sm_120a:{FP4[0]}"
     assert lib["fp4_pruned"][key] == lib["fp4_unpruned"][key] > 0
+    assert data["verdict"] == "identical" and not data["same_outputs"]
     table = run_cli("prune-proof", str(demo_build.wheel), "--against", str(unpruned_demo_build), "--recipe", "demo")
     assert table.returncode == 0 and "removed by pruning 3" in table.stdout
 
@@ -133,6 +134,16 @@ def test_prune_proof_names_the_first_differing_instruction(demo_build: DemoBuild
                               "library (first: ")
     first = lib.differing[0].first
     assert first.startswith("instruction ") and ": pruned `" in first and "unpruned `" in first
+    # Issue 70 item 6: the same pair through the command with a GPU run's record that every differing function gave
+    # the same bits on 12 cases: its own verdict, and still no pass (exit 7).
+    record = tmp_path / "same-outputs.json"
+    record.write_text(json.dumps({"functions": [{"arch": d.arch, "function": d.function, "cases": 12,
+                                                 "bitwise_equal": 12} for d in lib.differing]}))
+    proc = run_cli("--json", "prune-proof", str(fast), "--against", str(plain), "--same-outputs", str(record))
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["verdict"], data["passed"], len(data["same_outputs"])) == \
+        ("different code, same outputs on 12 cases", False, 3)
 
 
 def test_a_batched_build_is_proven_across_translation_units(demo_build: DemoBuild, plain_activation: Path,
