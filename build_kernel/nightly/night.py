@@ -84,7 +84,7 @@ def _skeleton(plan: Plan, opts: Options, started: str, tonight: dict[str, Any]) 
     return {"schema": records.SCHEMA, "recipe": plan.recipe.name, "night": opts.night, "started": started,
             "finished": None, "outcome": "interrupted", "reason": INTERRUPTED_REASON, "upstream": tonight,
             "series": {"name": None, "version": None, "retired": [], "conflict": None}, "lock_changes": [],
-            "build": None, "tests": {"ran": False, "why_not": "not reached", "per_file": {}}, "wheel": None,
+            "build": None, "tests": {"ran": False, "why_not": "nothing built tonight", "per_file": {}}, "wheel": None,
             "logs": {}}
 
 
@@ -265,6 +265,5 @@ def _dry_run(plan: Plan, opts: Options) -> Result:
     else:
         base = f"<package version>.dev{opts.night.replace('-', '')}+<local label>"
         out.update(would=f"build {plan.arch_list} with series {choice.chosen.name}, verify, "
-                         + ("test, " if gpus.present() else "") + "publish", series=choice.to_dict(), version=base,
-                   tried=[{"version": v, "why_not": w} for v, w in choice.tried])
+                         + ("test, " if gpus.present() else "") + "publish", series=choice.to_dict(), version=base)
     return Result(out, dry_run=True)

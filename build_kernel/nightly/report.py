@@ -75,7 +75,7 @@ def markdown(record: Mapping[str, Any]) -> str:
         passed = sum(f["passed"] for f in tests["per_file"].values())
         failed = sum(f["failed"] for f in tests["per_file"].values())
         lines += [f"**Tests:** {passed} passed, {failed} failed in {len(tests['per_file'])} file(s)", ""]
-    elif tests.get("why_not"):
+    elif tests.get("why_not") and record.get("build"):
         lines += [f"**Tests:** not run: {tests['why_not']}", ""]
     if record.get("wheel"):
         w = record["wheel"]

@@ -51,7 +51,8 @@ class Choice:
     def to_dict(self) -> dict[str, object]:
         return {"name": self.chosen.name if self.chosen else None,
                 "version": self.chosen.directory.name if self.chosen else None,
-                "retired": list(self.retired), "conflict": self.conflict.to_dict() if self.conflict else None}
+                "retired": list(self.retired), "conflict": self.conflict.to_dict() if self.conflict else None,
+                "reference": self.reference.name, "tried": [{"version": v, "why_not": w} for v, w in self.tried]}
 
 
 def versions(plan: Plan) -> list[Series]:

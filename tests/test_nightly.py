@@ -1,0 +1,253 @@
+"""`build-kernel nightly` on a real upstream that moves: a real git repository made here (the bundled setuptools
+miniature, examples/minicppext, committed night after night), a real patch series in two versions, real builds
+for 12.0a (one compile in the module: the fixture runs the whole story once, each test reads its night), verify,
+a real static index with install-back. No GPU here: the tests stage is skipped with its line.
+
+The story, one night per step (dates 2026-01-05 ...):
+  1. upstream at A, series v1 applies: the night starts building, is killed (its whole process group, as systemd
+     stops a unit) while the build runs; meanwhile a second night is refused by the lock, naming the holder;
+     the same command then resumes that night and publishes its wheel;
+  2. nothing new: a no-op success that says so;
+  3. upstream moved 3 commits, the second of which breaks 0001's hunk: no compile, the record names the patch,
+     the hunk and that commit (bisected), the index's newest wheel is still night 1's;
+  4. upstream took 0002 verbatim (a refreshed series v2 exists: chosen, 0002 reported retired) and broke its own
+     build in the same commit: the night fails in the build, and the index's newest and the last good night stay
+     night 1's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from tests.conftest import REPO_ROOT, commit_files, run_cli, write_recipe
+
+SOURCE = REPO_ROOT / "examples" / "minicppext"
+README = (SOURCE / "README.md").read_text()
+FIRST, LAST = README.splitlines()[0], README.splitlines()[-1]
+P_PATCH = ("Description: the nightly's own title\n--- a/README.md\n+++ b/README.md\n@@ -1,3 +1,3 @@\n"
+           f"-{FIRST}\n+{FIRST} (nightly)\n \n {README.splitlines()[2]}\n")  # " \n": the empty context line
+X_PATCH = f"""\
+Description: a closing line that upstream later takes as it is
+--- a/README.md
++++ b/README.md
+@@ -{len(README.splitlines()) - 1},2 +{len(README.splitlines()) - 1},3 @@
+ {README.splitlines()[-2]}
+ {LAST}
++Built every night.
+"""
+# What setup.py does first in the upstream of night 1 (test-only): say it started, then wait for the go-ahead, so
+# the test kills the night while its build runs (a barrier, not a sleep).
+GATE = """\
+import os as _os, pathlib as _pl, time as _t
+if _os.environ.get("NIGHTLY_TEST_GATE"):
+    _gate = _pl.Path(_os.environ["NIGHTLY_TEST_GATE"])
+    (_gate / "started").touch()
+    while not (_gate / "go").exists():
+        _t.sleep(0.05)
+"""
+
+
+def _files() -> dict[str, str]:
+    found = {p.relative_to(SOURCE).as_posix(): p.read_text() for p in SOURCE.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    found["setup.py"] = GATE + found["setup.py"]
+    return found
+
+
+def _series(root: Path, version: str, patches: dict[str, str]) -> None:
+    from build_kernel.series import write_lock
+
+    folder = root / "patches" / "minicppext-nightly" / version
+    folder.mkdir(parents=True)
+    for name, text in patches.items():
+        (folder / name).write_text(text)
+    (folder / "series").write_text("".join(f"{n}\n" for n in patches))
+    write_lock(folder)
+
+
+class Story:
+    def __init__(self, root: Path) -> None:
+        self.root, self.upstream, self.index = root / "proj", root / "upstream", root / "index"
+        self.state, self.gate = root / "state", root / "gate"
+        self.gate.mkdir()
+        self.env = {"BUILD_KERNEL_CACHE_DIR": str(root / "cache"), "BUILD_KERNEL_OUTPUT_DIR": str(root / "out"),
+                    "XDG_CONFIG_HOME": str(root / "config"), "NIGHTLY_TEST_GATE": str(self.gate)}
+        self.commits: dict[str, str] = {}
+        self.nights: dict[str, Any] = {}
+
+    @property
+    def recipe(self) -> Path:
+        return self.root / "recipes" / "nightly-demo.toml"
+
+    def args(self, night: str) -> list[str]:
+        return ["nightly", "--recipe", str(self.recipe), "--state-dir", str(self.state), "--night", night, "--json"]
+
+    def night(self, night: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+        proc = run_cli(*self.args(night), env=self.env)
+        data = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+        return proc, data
+
+    def index_wheels(self) -> list[str]:
+        return sorted(p.name for p in self.index.glob("*.whl"))
+
+
+def _start(story: Story, night: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "NO_COLOR": "1", **story.env}
+    return subprocess.Popen([sys.executable, "-m", "build_kernel", *story.args(night)], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    """Until `path` exists (the event), or the process ended without making it (then its output says why)."""
+    while not path.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the night ended before its build started:\n{out}\n{err}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> Story:
+    s = Story(tmp_path_factory.mktemp("nightly"))
+    (s.root / "recipes").mkdir(parents=True)
+    readme = "README.md"
+    files = _files()
+    s.commits["A"] = commit_files(s.upstream, files, "A: the miniature")
+    repo = git.Repo(s.upstream)
+    repo.git.config("uploadpack.allowFilter", "true")
+    repo.git.config("uploadpack.allowAnySHA1InWant", "true")
+    _series(s.root, "v1", {"0001-title.patch": P_PATCH, "0002-closing-line.patch": X_PATCH})
+    text = (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
+    text = (text.replace('repo = "example:minicppext"', f'repo = "file://{s.upstream}"')
+            .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{s.commits["A"]}"')
+            .replace('ref = "examples/minicppext"', 'ref = "main"')
+            .replace('series = "minicppext"', 'series = "minicppext-nightly"'))
+    write_recipe(s.root, "nightly-demo", text + f'\n[publish]\ntarget = "{s.index}"\n')
+
+    # Night 1: killed while building, a second night refused meanwhile, then resumed by the same command.
+    first = _start(s, "2026-01-05")
+    _wait_for(s.gate / "started", first)
+    s.nights["busy"] = s.night("2026-01-05")
+    holder = json.loads((s.state / "holder.json").read_text())
+    os.killpg(first.pid, signal.SIGKILL)  # the whole group, as systemd stops a unit: the build's children too
+    first.communicate()
+    s.nights["holder"], s.nights["killed_pid"] = holder, first.pid
+    s.nights["after_kill"] = json.loads(next((s.state / "nights").glob("20260105-*.json")).read_text())
+    (s.gate / "go").touch()
+    s.nights["1"] = s.night("2026-01-05")
+    s.nights["index_after_1"] = s.index_wheels()
+
+    # Night 2: nothing new.
+    s.nights["2"] = s.night("2026-01-06")
+
+    # Night 3: three commits; the second breaks 0001's context.
+    s.commits["B1"] = commit_files(s.upstream, {"tests/README.txt": "the tests need torch\n"}, "B1: a note")
+    s.commits["B2"] = commit_files(s.upstream, {readme: README.replace(FIRST, f"{FIRST}: a miniature", 1)},
+                                   "B2: a longer title")
+    s.commits["C"] = commit_files(s.upstream, {"tests/README.txt": "the tests need torch and pytest\n"},
+                                  "C: another note")
+    s.nights["3"] = s.night("2026-01-07")
+    s.nights["index_after_3"] = s.index_wheels()
+
+    # Night 4: upstream took 0002 as it is, and broke its build; v2 carries 0001 refreshed and no 0002.
+    moved = README.replace(FIRST, f"{FIRST}: a miniature", 1) + "Built every night.\n"
+    broken = 'raise SystemExit("minicppext: this commit does not build")\n' + files["setup.py"]
+    s.commits["D"] = commit_files(s.upstream, {readme: moved, "setup.py": broken}, "D: the closing line; a broken build")
+    _series(s.root, "v2", {"0001-title.patch": P_PATCH.replace(f"-{FIRST}\n+{FIRST} (nightly)",
+                                                                 f"-{FIRST}: a miniature\n+{FIRST} (nightly)")})
+    s.nights["4"] = s.night("2026-01-08")
+    s.nights["index_after_4"] = s.index_wheels()
+    return s
+
+
+def _ok(result: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> dict[str, Any]:
+    proc, data = result
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return data
+
+
+@pytest.mark.slow
+def test_a_second_night_at_once_is_refused_naming_the_holder(story: Story) -> None:
+    proc, _ = story.nights["busy"]
+    assert proc.returncode == 75
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    holder = story.nights["holder"]
+    assert f"another night of nightly-demo is running: pid {holder['pid']} on {holder['host']}" in line
+    assert holder["pid"] == story.nights["killed_pid"]
+
+
+@pytest.mark.slow
+def test_a_killed_night_leaves_an_interrupted_record_and_the_same_command_resumes_it(story: Story) -> None:
+    from build_kernel.nightly import record
+
+    killed = story.nights["after_kill"]
+    assert record.check(killed) == []
+    assert killed["outcome"] == "interrupted" and killed["finished"] is None
+    data = _ok(story.nights["1"])
+    assert record.check(data) == [] and data["outcome"] == "built" and data["resumed"] == 1
+    assert data["upstream"] == {**data["upstream"], "commit": story.commits["A"], "previous_good": None}
+    assert data["series"] == {**data["series"], "name": "minicppext-nightly/v1", "version": "v1", "retired": [],
+                              "conflict": None}
+    wheel = data["wheel"]
+    assert wheel["version"].startswith("0.1.0.dev20260105+cu130.")
+    assert wheel["published_to"] and story.nights["index_after_1"] == [wheel["name"]]
+    assert data["build"]["archs"] == ["12.0a"] and data["build"]["wall_s"] > 0
+    assert data["tests"]["ran"] is False and "no GPU on this host" in data["tests"]["why_not"]
+    assert Path(data["logs"]["build"]).is_file() and Path(data["logs"]["night"]).is_file()
+    assert "resuming the night of 2026-01-05" in Path(data["logs"]["night"]).read_text()
+    assert not (story.state / "current.json").exists() and not (story.state / "holder.json").exists()
+
+
+@pytest.mark.slow
+def test_nothing_new_is_a_no_op_success_that_says_so(story: Story) -> None:
+    data = _ok(story.nights["2"])
+    assert data["outcome"] == "unchanged" and data["build"] is None
+    assert "nothing new since the last good night (2026-01-05)" in data["reason"]
+    assert data["report"]["headline"].startswith("nightly-demo 2026-01-06: no new wheel, unchanged")
+
+
+@pytest.mark.slow
+def test_a_conflict_names_the_hunk_and_the_first_bad_commit_and_keeps_the_index(story: Story) -> None:
+    proc, data = story.nights["3"]
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert data["outcome"] == "conflict" and data["build"] is None and data["wheel"] is None
+    assert data["upstream"]["commits_since"] == 3 and data["upstream"]["previous_good"] == story.commits["A"]
+    conflict = data["series"]["conflict"]
+    assert conflict["patch"] == "0001-title.patch"
+    assert conflict["hunk"].startswith("README.md hunk #1 (line 1): expected '# minicppext'")
+    assert conflict["first_bad_commit"] == story.commits["B2"]
+    assert story.nights["index_after_3"] == story.nights["index_after_1"]  # the newest is still night 1's
+
+
+@pytest.mark.slow
+def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) -> None:
+    proc, data = story.nights["4"]
+    assert proc.returncode == 6, proc.stderr[-2000:]  # the build's own exit code
+    assert data["outcome"] == "failed" and data["wheel"] is None and data["finished"]
+    assert "BuildError" in data["reason"] and "the last good wheel stays the newest" in data["reason"]
+    assert data["series"] == {**data["series"], "name": "minicppext-nightly/v2", "version": "v2",
+                              "retired": ["0002-closing-line.patch"], "conflict": None}
+    assert Path(data["logs"]["build"]).is_file()
+    assert story.nights["index_after_4"] == story.nights["index_after_1"]
+    good = json.loads((story.state / "last_good.json").read_text())
+    assert good["commit"] == story.commits["A"] and good["wheel"] == story.nights["1"][1]["wheel"]
+    report = (story.state / "report.md").read_text().splitlines()
+    assert report[0] == "# nightly-demo 2026-01-08: no new wheel, failed"
+    assert report[2].startswith("**Why:** BuildError: ")
+    assert "retired (upstream has them): 0002-closing-line.patch" in report[4]
+    # Every record the story left keeps the contract, one per night.
+    from build_kernel.nightly import record
+
+    names = sorted(p.name[:8] for p in (story.state / "nights").glob("*.json"))
+    assert names == ["20260105", "20260106", "20260107", "20260108"]
+    assert [r["outcome"] for r in record.read_all(story.state)] == ["built", "unchanged", "conflict", "failed"]
