@@ -108,13 +108,15 @@ def _missing_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
     return missing & _needed_blobs(repo, sha, paths) if missing else set()
 
 
-# Files a git killed by the fetch timeout may leave in the mirror (git removes them itself when it fails on
-# its own): a stale lock would refuse every later fetch. Removed under the mirror's lock, so no git of ours runs.
+# What a fetch that failed leaves in the mirror: the part of a pack received before the connection broke
+# (index-pack keeps its tmp_pack_*), and, when the fetch timeout killed git, its locks (a stale lock refuses
+# every later fetch). Never part of the mirror's objects or refs; removed under the mirror's lock (no git of ours
+# runs in it then).
 _LEFT_BY_A_KILL = ("shallow.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "objects/pack/tmp_*",
                    "objects/incoming-*", "refs/**/*.lock")
 
 
-def _after_kill(repo: git.Repo) -> None:
+def _remove_leftovers(repo: git.Repo) -> None:
     for pattern in _LEFT_BY_A_KILL:
         for path in Path(repo.git_dir).glob(pattern):
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -127,8 +129,8 @@ def _git_net(repo: git.Repo, args: Sequence[str], net: network.Settings, istream
         return str(repo.git.execute(["git", "-C", repo.git_dir, *net.git_options(), *args], istream=istream,
                                     kill_after_timeout=net.fetch_cap_s))
     except git.GitCommandError as exc:
+        _remove_leftovers(repo)
         if "did not complete in" in str(exc.stderr):
-            _after_kill(repo)
             raise git.GitCommandError(exc.command, exc.status, f"fatal: no answer in {net.fetch_cap_s:g} s "
                                       f"(the fetch timeout, {network.FETCH_TIMEOUT_ENV})") from None
         raise
@@ -182,8 +184,8 @@ def fetch_error(what: str, where: str, exc: git.GitCommandError, config: str,
     if "(the fetch timeout" in said:
         hint = f"the server accepted and never answered: check it and your network, or raise {network.FETCH_TIMEOUT_ENV}"
     elif network.broken_transfer(said):
-        hint = (f"the connection broke {network.FETCH_ATTEMPTS} times mid-transfer; the cache is as it was: run the "
-                "same command again when the server is back")
+        hint = (f"the connection broke {network.FETCH_ATTEMPTS} times mid-transfer, and no part of the transfer was "
+                "kept: run the same command again when the server is back")
     else:
         hint = f"check the URL, your network and {config}"
     return FetchError(f"cannot fetch {what} from {where}: {said}", hint=hint)
