@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> None:
                "-x", "cu", "-c", str(source), "-o", str(args.out / f"{name}.o")]
         start = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if args.keep_objects:  # for object_proof.py: the object's SASS against v8's
+            args.keep_objects.mkdir(parents=True, exist_ok=True)
+            if (args.out / f"{name}.o").is_file():
+                (args.out / f"{name}.o").replace(args.keep_objects / f"{name}.o")
         (args.out / f"{name}.o").unlink(missing_ok=True)
         return {"file": name, "source": str(source), "rc": proc.returncode,
                 "wall_s": round(time.monotonic() - start, 1), "stderr_tail": proc.stderr[-600:]}
@@ -151,6 +155,7 @@ def main() -> None:
     r.add_argument("--tu", action="append", required=True, help="a TU without .cu, e.g. csrc/gemm/fp8_gemm_kernel")
     r.add_argument("--probe", action="append", type=_pair, default=[], help="NAME=FILE, a header probe .cu")
     r.add_argument("--only-probes", action="store_true", help="compile the probes alone (the TUs were compiled)")
+    r.add_argument("--keep-objects", type=Path, help="move each object here (kept out of raw/: binaries)")
     r.add_argument("--resume", action="store_true", help="skip the compiles a stopped run finished")
     r.add_argument("--parallel", type=int, default=2)
     r.add_argument("--nice", type=int, default=10)
