@@ -74,6 +74,10 @@ _CONNECT_ERRORS = ("connection refused", "failed to establish a new connection",
                    "no route to host", "connecttimeout", "connection timed out", "network is unreachable")
 
 
+# A server that accepted the upload and went away before it answered (killed, restarted, a proxy's reset).
+_BROKEN_MID_UPLOAD = ("connection aborted", "remotedisconnected", "connection reset by peer", "broken pipe")
+
+
 def _already_there(flat: str) -> bool:
     return ("already exist" in flat or re.search(r"httperror: 409\b", flat) is not None
             or "overwrite artifact" in flat or "updating asset" in flat)
@@ -105,6 +109,9 @@ def classify_upload_failure(target: Target, wheel: Path, version: str, output: s
                            f"set {names}, or store them in keyring or ~/.pypirc")
     if (err := reachability(target, flat)) is not None:
         return err
+    if any(marker in flat for marker in _BROKEN_MID_UPLOAD):
+        return target.fail(f"the connection to {target.where} broke during the upload of {wheel.name} (the server "
+                           "went away?)", "check that the index server is up, then run the same command again")
     status = re.search(r"httperror: (\d{3}) ([^\n]*?) from", " ".join(output.split()), re.IGNORECASE)
     if status:
         return target.fail(f"index {target.where} answered HTTP {status.group(1)} {status.group(2)} "
