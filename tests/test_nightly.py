@@ -251,3 +251,65 @@ def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) 
     names = sorted(p.name[:8] for p in (story.state / "nights").glob("*.json"))
     assert names == ["20260105", "20260106", "20260107", "20260108"]
     assert [r["outcome"] for r in record.read_all(story.state)] == ["built", "unchanged", "conflict", "failed"]
+
+
+def test_retention_keeps_the_newest_the_last_good_and_what_a_lock_or_recipe_names(tmp_path: Path,
+                                                                                   project: Path) -> None:
+    """Five good nights' wheels in a real state folder and static index; keep 2: the three older go, except the one
+    a lock names by its version (a fleet pins it), and the index's pages follow."""
+    from build_kernel import recipe as recipes
+    from build_kernel.nightly import record, retention, state
+    from build_kernel.plan import resolve
+    from build_kernel.stages.publish import resolve_target
+    from build_kernel.stages.publish.backends import StaticDirBackend
+
+    index, folder = tmp_path / "index", tmp_path / "state"
+    (project / "patches" / "minicppext" / "v1").mkdir(parents=True)
+    (project / "patches" / "minicppext" / "v1" / "series").write_text("")
+    (project / "patches" / "minicppext" / "v1" / "series.lock").write_text("")
+    path = write_recipe(project, "kept", (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
+                        + f'\n[publish]\ntarget = "{index}"\n')
+    plan = resolve(recipes.load(str(path)), env={"HOME": str(tmp_path)}, cache_dir=tmp_path / "cache")
+    backend = StaticDirBackend(resolve_target(None, plan.recipe.publish, env={"HOME": str(tmp_path)}))
+    names = []
+    for day in range(1, 6):
+        version = f"0.1.0.dev2026010{day}+cu130.sm120a"
+        name = f"minicppext-{version}-cp311-cp311-linux_x86_64.whl"
+        names.append(name)
+        wheel = state.wheels_dir(folder) / name
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        wheel.write_bytes(b"not really a wheel, a file to keep or remove")
+        backend.put(wheel, version, skip_existing=False)
+        commit = f"{day:040d}"
+        record.write(folder, {"schema": 1, "recipe": "kept", "night": f"2026-01-0{day}", "started": "x", "finished": "y",
+                              "outcome": "built", "reason": "built", "upstream": {"ref": "main", "commit": commit,
+                                                                                   "previous_good": None,
+                                                                                   "commits_since": 0},
+                              "series": {"name": None, "version": None, "retired": [], "conflict": None},
+                              "lock_changes": [], "build": None, "tests": {"ran": False, "why_not": "x", "per_file": {}},
+                              "wheel": {"name": name, "version": version, "sha256": "0" * 64, "published_to": None},
+                              "logs": {}})
+    state.set_last_good(folder, {"night": "2026-01-05", "commit": f"{5:040d}", "wheel": {"name": names[-1]}})
+    path.with_suffix(".lock").write_text('# a fleet pins night 2\n[pinned]\nversion = "0.1.0.dev20260102+cu130.sm120a"\n')
+    said: list[str] = []
+    kept = retention.apply(folder, plan, 2, to=None, say=said.append)
+    assert kept["removed"] == [names[2], names[0]]
+    assert kept["kept_named"] == {names[1]: str(path.with_suffix(".lock"))}
+    assert sorted(p.name for p in state.wheels_dir(folder).iterdir()) == sorted(names[1:2] + names[3:])
+    assert sorted(p.name for p in index.glob("*.whl")) == sorted(names[1:2] + names[3:])
+    page = (index / "simple" / "minicppext" / "index.html").read_text()
+    assert names[0] not in page and names[1] in page
+
+
+def test_the_record_check_names_each_departure() -> None:
+    from build_kernel.nightly import record
+
+    assert record.check([]) == ["a record is a JSON object, not list"]
+    bad = {"schema": 1, "recipe": "r", "night": "2026-1-5", "started": "x", "finished": None, "outcome": "done",
+           "reason": "", "upstream": {"ref": "main", "commit": "abc", "previous_good": None, "commits_since": True},
+           "series": {"name": None, "version": None, "retired": [1], "conflict": None}, "lock_changes": [],
+           "build": None, "tests": {"ran": False, "why_not": None, "per_file": {"t.py": {"passed": 1}}},
+           "wheel": None}
+    assert record.check(bad) == ["upstream.commits_since: bool where int is expected", "series.retired[0]: int where "
+                                 "str is expected", "tests.per_file.t.py.failed: missing",
+                                 "tests.per_file.t.py.skipped: missing", "logs: missing"]

@@ -52,23 +52,31 @@ def nightly_cmd(click_ctx: click.Context, ref: str | None, state_dir: Path | Non
     from build_kernel.nightly import report, state, timer
 
     opts: Options = click_ctx.ensure_object(Options)
-    p = opts.plan()
-    folder = (state_dir or state.default_dir(p.recipe.name, opts.env)).absolute()
     extra = [f"--keep={keep}", *([f"--upstream={ref}"] if ref else []), *([f"--to={to}"] if to else [])]
     recipe = str(Path(opts.recipe).absolute()) if opts.recipe and opts.recipe.endswith(".toml") else str(opts.recipe)
     if install_timer or cron:
-        workdir = p.recipe.root
+        timer.at(when)  # a bad time is said before anything is read
+        if not opts.recipe:
+            raise click.UsageError("no recipe given: pass --recipe NAME (see `build-kernel recipes list`)")
+        from build_kernel import recipe as recipes
+        from build_kernel.plan import recipe_search_path
+
+        # The recipe alone (no plan: the schedule needs neither the toolkit nor this host's resources).
+        r = recipes.load(opts.recipe, search=recipe_search_path(opts.env))
+        folder = (state_dir or state.default_dir(r.name, opts.env)).absolute()
         if cron:
-            line = timer.cron_line(recipe, folder, workdir, when=when, extra=extra)
+            line = timer.cron_line(recipe, folder, r.root, when=when, extra=extra)
             emit(opts, {"cron": line}, line)
             return
-        units, verified = timer.install(recipe, folder, workdir, opts.env, scope="user" if user_scope else "system",
+        units, verified = timer.install(recipe, folder, r.root, opts.env, scope="user" if user_scope else "system",
                                         when=when, folder=unit_dir, extra=extra)
         said = {"units": [str(units.folder / f"{units.name}.service"), str(units.folder / f"{units.name}.timer")],
                 "verified": verified, "enable": units.enable(), "journal": units.journal()}
         emit(opts, said, "\n".join([f"wrote {said['units'][0]}", f"wrote {said['units'][1]}", verified,
                                     f"enable: {said['enable']}", f"log:    {said['journal']}"]))
         return
+    p = opts.plan()
+    folder = (state_dir or state.default_dir(p.recipe.name, opts.env)).absolute()
     result = nights.run(p, nights.Options(state_dir=folder, night=_night(night) or nights.today(), ref=ref, keep=keep,
                                           to=to, dry_run=dry_run, offline=opts.offline))
     if result.dry_run:
