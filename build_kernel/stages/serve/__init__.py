@@ -65,8 +65,8 @@ class ServeStage:
         from build_kernel.plan import recipe_arg
         from build_kernel.stages.serve import command, environment, install
 
-        if not ctx.wheels:
-            raise ServeError("no wheel to serve", hint="run the build stage first, or pass the wheel")
+        # ctx.wheels is never empty here: the CLI passes WHEEL or the newest built one (a usage error without
+        # one), and in the pipeline the build stage has set it or failed.
         wheel, python = ctx.wheels[0], ctx.build_python()
         if not Path(python).exists():  # only in a dry run: otherwise build_python() made it
             raise ServeError(f"the build environment for torch {ctx.plan.recipe.toolchain.torch} is not made yet "

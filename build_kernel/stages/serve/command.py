@@ -42,9 +42,7 @@ class ServeCommand:
 
 
 def _model(plan: Plan, override: str | None) -> str:
-    model = override or plan.recipe.serve.model
-    if not model:
-        raise ServeError("nothing to serve: the recipe's [serve] names no model", hint="set [serve] model, or pass --model PATH")
+    model = override or plan.recipe.serve.model  # never empty: ServeStage.skip() stops a serve without a model
     looks_local = model.startswith(("/", ".", "~")) or Path(model).exists()
     if looks_local and not Path(model).expanduser().is_dir():
         raise ServeError(f"model folder {model} does not exist", hint="pass --model with a checkpoint folder or a hub id")
