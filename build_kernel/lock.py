@@ -74,7 +74,18 @@ def _wheel(plan: Plan, pin: wheelpins.WheelPin, upgrade: bool) -> Entry:
     logs = plan.cache_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     # This interpreter's pip: the build environment is a venv of it, so pip chooses the same file there.
-    found = wheelpins.resolve(plan, pin, want, sys.executable, logs / "lock.log")
+    try:
+        found = wheelpins.resolve(plan, pin, want, sys.executable, logs / "lock.log")
+    except ToolchainError as exc:
+        if "pip found no file of it" not in exc.message:  # wheelpins.not_listed's words
+            raise
+        # The page this process just read lists it: pip was answered otherwise. pip does not say why with
+        # --quiet (an HTTP 500 it retried is logged at debug level), so the line says what is certain.
+        raise ToolchainError(f"[{pin.key}] {pin.name} {want}: {pin.reads} lists it, but pip found no file of it "
+                             f"there (the index failed pip's requests, which pip retries: PIP_RETRIES, 5 by default); "
+                             f"nothing written; full log: {logs / 'lock.log'}",
+                             hint="run again; if it persists, `pip download --no-deps -v --index-url "
+                                  f"{pin.fetch_index} '{pin.name}=={want}'` shows the index's answers") from None
     after = f"{found.version} ({found.file}, sha256 {found.sha256[:12]}...)"
     return _entry(pin.key, label, before, after, lambda: wheelpins.record(plan, pin, found))
 

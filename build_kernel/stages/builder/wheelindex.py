@@ -11,6 +11,7 @@ wheel name, kept when one of its tags fits this interpreter (the build environme
 from __future__ import annotations
 
 import html.parser
+import http.client
 import re
 import ssl
 import sys
@@ -26,9 +27,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from build_kernel import network
 from build_kernel.errors import ToolchainError
-
-TIMEOUT_S = 15.0  # pip's own default: a firewalled index must not hold `plan` for long
 
 # pip's own words when an index cannot be reached; pip goes on without that index and then reports what it
 # could not find (or, under a constraint, ResolutionImpossible): the first is the cause, the last a symptom.
@@ -86,8 +86,9 @@ def _read_page(url: str, env: Mapping[str, str]) -> str | None:
                                      hint="check [toolchain] torch_index")
             return None
         return page.read_text(errors="replace")
+    timeout = network.settings(env).timeout_s  # pip's own default: a firewalled index must not hold `plan` long
     try:
-        with _opener(env).open(urllib.request.Request(url, headers={"Accept": "text/html"}), timeout=TIMEOUT_S) as r:
+        with _opener(env).open(urllib.request.Request(url, headers={"Accept": "text/html"}), timeout=timeout) as r:
             data: bytes = r.read()
             return data.decode(errors="replace")
     except urllib.error.HTTPError as exc:
@@ -95,8 +96,18 @@ def _read_page(url: str, env: Mapping[str, str]) -> str | None:
             return None
         raise ToolchainError(f"cannot read the index {url}: HTTP {exc.code} {exc.reason}",
                              hint="check [toolchain] torch_index, or pass --offline to use the lock") from None
+    except http.client.HTTPException as exc:  # not HTTP at all, or a page cut off before its length
+        said = " ".join(str(exc).split())[:120]  # a status line of another protocol, on one line
+        raise ToolchainError(f"the index {url} did not answer as an HTTP server does: {type(exc).__name__}"
+                             f"{f' {said!r}' if said else ''}",
+                             hint="check [toolchain] torch_index (the URL of a package index), or pass --offline "
+                                  "to use the lock") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):  # connected (or not) and then nothing: said as such, with the knob
+            raise ToolchainError(f"the index {url} did not answer in {timeout:g} s",
+                                 hint=f"check the network and the proxy, or raise {network.TIMEOUT_ENV}, or pass "
+                                      "--offline to use the lock") from None
         raise ToolchainError(f"the index {url} is unreachable: {reason}",
                              hint="check the network and the proxy, or pass --offline to use the lock") from None
 
