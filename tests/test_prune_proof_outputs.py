@@ -67,3 +67,34 @@ def test_a_record_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
     good = tmp_path / "g.json"
     good.write_text(json.dumps({"functions": [{"arch": "sm_90a", "function": BF16, "cases": 4, "bitwise_equal": 4}]}))
     assert outputs.load(good) == [_row(BF16, 4, 4)]
+
+
+def test_the_gpu_scripts_comparison_counts_only_cases_where_both_wheels_ran_the_function(tmp_path: Path) -> None:
+    """bench/pruning/fp8_kernels_bitwise.py compare on two runs as its `run` writes them (the GPU part stood in by
+    the runs' JSON: no GPU here); the names are demangled by the real c++filt, as the profiler shows kernels."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    mangled = "_ZN7cutlass13device_kernelIiEEvT_"
+    kernel = "void cutlass::device_kernel<int>(int)"
+
+    def run(label: str, outputs: list[str], kernels: list[list[str]]) -> Path:
+        rows = [{"M": 1, "inputs_sha256": f"in{i}", "output_sha256": o, "kernels": k}
+                for i, (o, k) in enumerate(zip(outputs, kernels, strict=True))]
+        path = tmp_path / f"{label}.json"
+        path.write_text(json.dumps({"label": label, "gpu": "H100", "cases": rows}))
+        return path
+
+    ours = run("pruned", ["a", "b", "c"], [[kernel], [kernel], ["other"]])
+    theirs = run("unpruned", ["a", "x", "c"], [[kernel], [kernel], ["other"]])
+    proof = tmp_path / "proof.json"
+    proof.write_text(json.dumps({"libraries": [{"differing": [{"arch": "sm_90a", "function": mangled}]}]}))
+    out = tmp_path / "same.json"
+    subprocess.run([sys.executable, str(REPO_ROOT / "bench/pruning/fp8_kernels_bitwise.py"), "compare", str(ours),
+                    str(theirs), "--proof", str(proof), "--out", str(out)], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    assert record["functions"] == [{"arch": "sm_90a", "function": mangled, "demangled": "void cutlass::device_kernel<int>",
+                                    "cases": 2, "bitwise_equal": 1}]
+    assert outputs.judge(_proof(mangled), outputs.load(out))["verdict"] == "failed"  # 1 of 2: no same-outputs verdict
