@@ -151,7 +151,8 @@ def short(needs_: Sequence[Need]) -> list[str]:
         if free >= total:
             continue
         names = " and ".join(f"the {n.label} {n.folder} ({human(n.bytes)}: {n.basis})" for n in together)
-        lines.append(f"{human(free)} free in {existing(together[0].folder)}; {names} need about {human(total)} there "
+        lines.append(f"{human(free)} free in {existing(together[0].folder)}; {names} "
+                     f"{'need' if len(together) > 1 else 'needs'} about {human(total)} there "
                      f"(free space, or {together[0].fix})")
     return lines
 

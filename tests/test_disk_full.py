@@ -8,6 +8,7 @@ The small disks are real: tmpfs mounts (`mount -t tmpfs -o size=...`), grown wit
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import uuid
@@ -68,10 +69,13 @@ def test_preflight_says_the_cache_is_too_small_before_any_work(tmp_path: Path, s
                    "--arch", "12.0a")
     [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert proc.returncode == DiskFullError.exit_code, proc.stderr
-    assert line.startswith(f"error: 1.0 MB free in {cache}; the cache {cache} (70.0 MB: a miniature build, measured)"
-                           " need about 70.0 MB there (free space, or pass --cache-dir on a larger disk)")
+    said = (f"1.0 MB free in {cache}; the cache {cache} (70.0 MB: a miniature build, measured) needs about 70.0 MB "
+            "there (free space, or pass --cache-dir on a larger disk)")
+    assert line == f"error: {said}"
     assert list(cache.iterdir()) == []  # said before anything was fetched
     assert "▶ fetch" not in proc.stderr
+    doctor = run_cli("--json", "--cache-dir", str(cache), "doctor", "--recipe", "demo", "--arch", "12.0a")
+    assert said in json.loads(doctor.stdout)["problems"]  # doctor says it too (readiness: one owner)
 
 
 def test_cache_filling_during_fetch_is_one_line_and_the_rerun_succeeds(tmp_path: Path,

@@ -143,6 +143,6 @@ def test_too_little_disk_is_a_problem_naming_the_folder_and_the_fix(tmp_path: Pa
     cache = tmp_path / "not-made-yet" / "cache"
     [line] = short([Need("cache", cache, 10**18, "more than any disk holds", "pass --cache-dir on a larger disk")])
     assert not (tmp_path / "not-made-yet").exists()  # asked where it exists, nothing made
-    assert f" free in {tmp_path}; the cache {cache} (1000000000.0 GB: more than any disk holds) need about" in line
+    assert f" free in {tmp_path}; the cache {cache} (1000000000.0 GB: more than any disk holds) needs about" in line
     assert line.endswith("(free space, or pass --cache-dir on a larger disk)")
     assert short([Need("cache", tmp_path, 0, "nothing", "-")]) == []
