@@ -167,6 +167,11 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Story:
                                                                  f"-{FIRST}: a miniature\n+{FIRST} (nightly)")})
     s.nights["4"] = s.night("2026-01-08")
     s.nights["index_after_4"] = s.index_wheels()
+
+    # What the next night would do, asked without changing the state folder.
+    before = {p: p.stat().st_mtime_ns for p in s.state.rglob("*")}
+    s.nights["dry"] = run_cli(*s.args("2026-01-09"), "--dry-run", env=s.env)
+    s.nights["dry_unchanged"] = before == {p: p.stat().st_mtime_ns for p in s.state.rglob("*")}
     return s
 
 
@@ -251,6 +256,17 @@ def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) 
     names = sorted(p.name[:8] for p in (story.state / "nights").glob("*.json"))
     assert names == ["20260105", "20260106", "20260107", "20260108"]
     assert [r["outcome"] for r in record.read_all(story.state)] == ["built", "unchanged", "conflict", "failed"]
+
+
+@pytest.mark.slow
+def test_a_dry_run_says_what_the_next_night_would_do_and_writes_nothing(story: Story) -> None:
+    proc = story.nights["dry"]
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert said["would"] == "build 12.0a with series minicppext-nightly/v2, verify, publish"
+    assert said["upstream"]["commit"] == story.commits["D"] and said["upstream"]["commits_since"] == 4
+    assert said["series"]["retired"] == ["0002-closing-line.patch"]
+    assert story.nights["dry_unchanged"]
 
 
 def test_retention_keeps_the_newest_the_last_good_and_what_a_lock_or_recipe_names(tmp_path: Path,

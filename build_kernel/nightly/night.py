@@ -97,7 +97,9 @@ def _finish(state_dir: Path, record: dict[str, Any], outcome: str, reason: str) 
 def run(plan: Plan, opts: Options) -> Result:
     """One night (or, with dry_run, what it would do); the record and the exit code the command ends with."""
     if opts.dry_run:
-        return _dry_run(plan, opts)
+        from build_kernel.nightly import preview
+
+        return Result(preview.tonight(plan, opts.state_dir, opts.night, opts.ref), dry_run=True)
     with state.hold(opts.state_dir, plan.recipe.name, opts.night):
         resumed = state.current(opts.state_dir)
         if resumed is not None:
@@ -245,25 +247,3 @@ def _build(plan: Plan, opts: Options, record: dict[str, Any], say: _NightLog) ->
                                       " (no publish target: kept in the state folder)")
     say(why)
     return Result(_finish(opts.state_dir, record, "built", why))
-
-
-def _dry_run(plan: Plan, opts: Options) -> Result:
-    """What tonight would do: upstream, series, pins, the version; nothing built, no state written."""
-    say = _NightLog()
-    resumed = state.current(opts.state_dir)
-    if resumed is not None:
-        would = f"resume the night of {resumed['night']} at {resumed['commit'][:12]} (interrupted)"
-        return Result({"dry_run": True, "would": would, "current": resumed}, dry_run=True)
-    tonight, choice, moved, _ = _decide(plan, opts, say)
-    out: dict[str, Any] = {"dry_run": True, "recipe": plan.recipe.name, "night": opts.night,
-                           "upstream": tonight.to_dict(), "lock_changes": _lock_changes(moved),
-                           "state_dir": str(opts.state_dir), "archs": [a.torch for a in plan.archs]}
-    if choice is None:
-        out.update(would="nothing: nothing new since the last good night", series=None)
-    elif choice.chosen is None:
-        out.update(would="stop before compiling: no series version applies", series=choice.to_dict())
-    else:
-        base = f"<package version>.dev{opts.night.replace('-', '')}+<local label>"
-        out.update(would=f"build {plan.arch_list} with series {choice.chosen.name}, verify, "
-                         + ("test, " if gpus.present() else "") + "publish", series=choice.to_dict(), version=base)
-    return Result(out, dry_run=True)

@@ -47,8 +47,14 @@ def followed(plan: Plan, asked: str | None) -> str:
     return ref if ref and not plan.recipe.source.repo.startswith("example:") else DEFAULT_BRANCH
 
 
-def _newest_tag(url: str, pattern: str, plan: Plan) -> str:
-    """The newest tag of `url` matching the glob `pattern` (by PEP 440 after a leading `v`, else by name)."""
+def is_pattern(ref: str) -> bool:
+    return any(c in ref for c in "*?[")
+
+
+def newest_tag(plan: Plan, pattern: str, url: str | None = None) -> str:
+    """The newest tag of the recipe's repository (or `url`) matching the glob `pattern` (by PEP 440 after a
+    leading `v`, else by name), asked with `git ls-remote`: nothing fetched."""
+    url = url or fetch.resolve_url(plan.recipe.source.repo, plan.cache_dir, plan.recipe.root)
     proc = process.run(["git", "ls-remote", "--tags", "--refs", url], error=FetchError,
                        what=f"listing the tags of {url}", env=plan.env, check=True)
     tags = [line.split("refs/tags/", 1)[1] for line in proc.stdout.splitlines() if "refs/tags/" in line]
@@ -70,7 +76,7 @@ def resolve(plan: Plan, ref: str, previous_good: str | None, *, offline: bool = 
     """`ref` (a branch, or a tag glob such as `v0.4.*`) as tonight's commit, with what is new since `previous_good`."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
-    name = _newest_tag(url, ref, plan) if any(c in ref for c in "*?[") else ref
+    name = newest_tag(plan, ref, url) if is_pattern(ref) else ref
     try:
         mirror, sha = fetch.ensure_commit(url, name, plan.cache_dir, offline=offline, allow_floating=True,
                                           paths=src.paths, mirrors=plan.mirrors)
