@@ -9,19 +9,25 @@ the fix, a ServeError (exit 9). No sglang is installed: none of these gets that 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import socket
 import sys
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from build_kernel import plan as plan_mod
+from build_kernel import process
 from build_kernel.errors import ServeError
 from build_kernel.recipe.load import load
 from build_kernel.resources import Resources
-from build_kernel.stages.serve import environment, install, sglang_dist, wheelhouse
+from build_kernel.stages.serve import environment, install, launch, sglang_dist, wheelhouse
 from tests.conftest import write_recipe, write_series
 
 RES = Resources(cpus=2, cpus_why="test", memory_bytes=8 * 1024**3, memory_why="test")
@@ -110,3 +116,65 @@ def test_sglang_from_source_on_a_tree_that_is_not_sglang(project: Path, tmp_path
     assert info.value.exit_code == 9
     assert info.value.message.startswith("fetching sglang's python/: ")
     assert not list((tmp_path / "cache" / "serve" / "sglang").glob("*/"))  # nothing half-made
+
+
+# --- launch: health, smoke, a server that ends --------------------------------------------------
+
+DOUBLE = Path(__file__).resolve().parent / "serve_double" / "sglang_double.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_server_that_is_not_healthy_in_time(tmp_path: Path) -> None:
+    """The sglang double (tests/serve_double: no GPU here runs sglang) loading for ten minutes: /health_generate
+    answers 503 the whole 0.3 s we wait."""
+    port = _free_port()
+    log_path = tmp_path / "server.log"
+    argv = [sys.executable, str(DOUBLE), "--model-path", str(tmp_path), "--port", str(port)]
+    with pytest.raises(ServeError) as info, launch.running(argv, {**os.environ, "DOUBLE_READY_AFTER_S": "600"},
+                                                           host="127.0.0.1", port=port, timeout=0.3, log_path=log_path):
+        pass
+    assert info.value.exit_code == 9
+    assert re.fullmatch(rf"the server was not healthy after 0\.3 s \(pid \d+, log {re.escape(str(log_path))}\) "
+                        r"\(raise \[serve\] health_timeout_s, or read the log for where it stalls\)", info.value.render())
+
+
+def test_a_smoke_request_that_gets_no_tokens() -> None:
+    """A server that answers /generate with an empty completion (what a model that stops at once gives)."""
+    class Empty(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.dumps({"text": "", "meta_info": {"completion_tokens": 0}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Empty)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ServeError) as info:
+            launch.smoke(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert info.value.render() == ('the smoke request got no tokens back: {"text": "", "meta_info": '
+                                   '{"completion_tokens": 0}} (see the server log)')
+
+
+def test_a_server_that_dies_while_serving(tmp_path: Path) -> None:
+    log_path = tmp_path / "server.log"
+    server = process.spawn([sys.executable, "-c", "print('RuntimeError: CUDA error: an illegal memory access', "
+                            "flush=True); raise SystemExit(3)"], error=ServeError, what="starting the server",
+                           log=log_path)
+    with pytest.raises(ServeError) as info:
+        launch.serve_foreground(server)
+    assert info.value.render() == ("the server exited with code 3 while serving: RuntimeError: CUDA error: an illegal "
+                                   f"memory access (see {log_path})")
