@@ -12,11 +12,16 @@ from build_kernel.nightly import state
 from build_kernel.stages.verify.report import sha256_of
 
 
-def logs(ctx: stages.Context, into: dict[str, str]) -> None:
-    """The stages' own log files that exist (the night's own log is put there by night.py)."""
+def logs(ctx: stages.Context, into: dict[str, str], since: float = 0.0) -> None:
+    """The stages' own log files that exist (the night's own log is put there by night.py). A build that failed
+    hands over no result: its log is the recipe's build log written since `since` (a time.time())."""
     p = ctx.plan
     if ctx.build is not None:
         into["build"] = str(ctx.build.log)
+    else:
+        written = [f for f in (p.cache_dir / "logs").glob(f"{p.recipe.name}-*.log") if f.stat().st_mtime >= since]
+        if written:
+            into["build"] = str(max(written, key=lambda f: f.stat().st_mtime))
     publish_log = p.cache_dir / "logs" / f"publish-{p.recipe.name}.log"
     if "publish" in ctx.outcomes and publish_log.is_file():
         into["publish"] = str(publish_log)

@@ -14,6 +14,7 @@ install back, so a failed night never replaces the index's newest.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -220,19 +221,20 @@ def _build(plan: Plan, opts: Options, record: dict[str, Any], say: _NightLog) ->
     ctx = stages.Context(night_plan, offline=opts.offline)
     chosen, test_stage, why_not = _stages(ctx, opts.to, say)
     record["tests"] = {"ran": False, "why_not": why_not, "per_file": {}}
+    since = time.time()
     try:
         stages.run(ctx, chosen)
     except (KeyboardInterrupt, Interrupted):
-        facts.logs(ctx, record["logs"])
+        facts.logs(ctx, record["logs"], since)
         _finish(opts.state_dir, record, "interrupted", INTERRUPTED_REASON)
         raise
     except BuildKernelError as exc:
-        facts.logs(ctx, record["logs"])
+        facts.logs(ctx, record["logs"], since)
         state.end(opts.state_dir)  # a failed night is over: the next one starts from the last good again
         why = f"{type(exc).__name__}: {exc.render()}; the last good wheel stays the newest"
         say(f"failed: {why}")
         return Result(_finish(opts.state_dir, record, "failed", why), exc.exit_code)
-    facts.logs(ctx, record["logs"])
+    facts.logs(ctx, record["logs"], since)
     assert ctx.build is not None
     record["build"] = facts.build(ctx)
     if test_stage is not None:
