@@ -216,7 +216,8 @@ def test_a_killed_night_leaves_an_interrupted_record_and_the_same_command_resume
 @pytest.mark.slow
 def test_nothing_new_is_a_no_op_success_that_says_so(story: Story) -> None:
     data = _ok(story.nights["2"])
-    assert data["outcome"] == "unchanged" and data["build"] is None
+    assert data["outcome"] == "unchanged" and data["build"] is None and data["wheel"] is None
+    assert data["newest_wheel"] == story.nights["1"][1]["wheel"]["name"]
     assert "nothing new since the last good night (2026-01-05)" in data["reason"]
     assert data["report"]["headline"].startswith("nightly-demo 2026-01-06: no new wheel, unchanged")
 
@@ -247,7 +248,8 @@ def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) 
     good = json.loads((story.state / "last_good.json").read_text())
     assert good["commit"] == story.commits["A"] and good["wheel"] == story.nights["1"][1]["wheel"]
     report = (story.state / "report.md").read_text().splitlines()
-    assert report[0] == "# nightly-demo 2026-01-08: no new wheel, failed"
+    first = story.nights["1"][1]["wheel"]["name"]
+    assert report[0] == f"# nightly-demo 2026-01-08: no new wheel, failed (newest stays {first})"
     assert report[2].startswith("**Why:** BuildError: ")
     assert "retired (upstream has them): 0002-closing-line.patch" in report[4]
     # Every record the story left keeps the contract, one per night.

@@ -91,6 +91,11 @@ def _skeleton(plan: Plan, opts: Options, started: str, tonight: dict[str, Any]) 
 
 def _finish(state_dir: Path, record: dict[str, Any], outcome: str, reason: str) -> dict[str, Any]:
     record.update(outcome=outcome, reason=reason, finished=state.now())
+    if outcome != "built":  # the index's newest, which tonight left as it was
+        record["newest_wheel"] = ((state.last_good(state_dir) or {}).get("wheel") or {}).get("name")
+    path = records.path_for(state_dir, record["night"], record["upstream"]["commit"])
+    if outcome == "unchanged" and path.is_file():
+        return record  # the same night run again: the record of what it did first stays (a built one, say)
     records.write(state_dir, record)  # type: ignore[arg-type]  # built as a dict; write checks the contract
     return record
 
@@ -147,7 +152,6 @@ def _new_night(plan: Plan, opts: Options) -> Result:
         assert good is not None
         record["series"] = {"name": f"{plan.recipe.patches.series}/{good['series_version']}",
                             "version": good["series_version"], "retired": [], "conflict": None}
-        record["wheel"] = good.get("wheel")
         why = (f"nothing new since the last good night ({good['night']}): upstream {tonight.ref} is still at "
                f"{tonight.commit[:12]}, series {good['series_version']}, no nightly pin moved; its wheel stays the newest")
         say(why)

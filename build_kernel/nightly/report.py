@@ -34,7 +34,7 @@ def headline(record: Mapping[str, Any]) -> str:
     wheel = record.get("wheel") or {}
     if record["outcome"] == "built":
         return f"{record['recipe']} {record['night']}: new wheel {wheel.get('name')}"
-    newest = f" (newest stays {wheel['name']})" if wheel.get("name") else ""
+    newest = f" (newest stays {record['newest_wheel']})" if record.get("newest_wheel") else ""
     return f"{record['recipe']} {record['night']}: no new wheel, {record['outcome']}{newest}"
 
 
