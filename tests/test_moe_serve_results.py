@@ -268,3 +268,37 @@ def test_a_launch_only_start_and_a_wheel_built_elsewhere_are_kept(tmp_path: Path
                                       "bytes": 10767861}
     bf16 = result["variants"]["bf16"]
     assert (bf16["time_to_healthy_s"], bf16["smoke"]["tokens"], bf16["bench"]) == (90.6, 32, {})
+
+
+def test_throughput_rounds_give_the_median_ratio_with_its_spread_and_keep_every_run(tmp_path: Path) -> None:
+    """bench/throughput/rounds_report.py on a synthetic pack laid out as rounds_on_gpu_host.sh packs it (no GPU here:
+    the figures are made up): ratios pair runs of one round; a failed serve and a short bench are excluded by the
+    rule written before the runs, and listed; the bootstrap interval is the same for the same pack."""
+    tps = {1: {"pruned": [500, 505, 498, 510, 502], "reference": [495, 500, 500, 500, 490]},
+           32: {"pruned": [9000, 9100, 9050, 8900, 9000], "reference": [9000, 9000, 9000, 9000, 9000]}}
+    raw = tmp_path / "rounds-raw.tar.gz"
+    with tarfile.open(raw, "w:gz") as tar:
+        for r in range(1, 6):
+            for label in ("pruned", "reference"):
+                rows = [{"concurrency": c, "output_throughput": float(tps[c][label][r - 1]),
+                         "completed": 200 if (r, label, c) == (3, "reference", 32) else 256} for c in (1, 32)]
+                rc = "1" if (r, label) == (5, "pruned") else "0"
+                _add(tar, f"runs/r{r}-{label}/rc", rc + "\n")
+                _add(tar, f"runs/r{r}-{label}/serve-bench.json", {"bench": rows})
+    out = tmp_path / "rounds.json"
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "throughput" / "rounds_report.py"), str(raw), "--out", str(out)]
+    assert subprocess.run(cmd, capture_output=True, text=True, check=False).returncode == 0
+    result = json.loads(out.read_text())
+    c1, c32 = result["concurrency"]["C=1"], result["concurrency"]["C=32"]
+    # Round 5's pruned serve failed: out at both concurrencies, kept in the list with why.
+    assert c1["rounds_counted"] == 4 and c1["rounds"][4]["excluded"] == {"pruned": "serve exited 1"}
+    assert [row["ratio"] for row in c1["rounds"]] == [round(500 / 495, 4), 1.01, 0.996, 1.02, None]
+    assert c1["median_ratio"] == round((1.01 + 500 / 495) / 2, 4) and (c1["min_ratio"], c1["max_ratio"]) == (0.996, 1.02)
+    low, high = c1["bootstrap_95"]
+    assert c1["min_ratio"] <= low <= c1["median_ratio"] <= high <= c1["max_ratio"]
+    assert c1["difference_real"] is (not low <= 1.0 <= high)
+    # Round 3's reference bench completed 200 of 256 at C=32: that round is out there only.
+    assert c32["rounds_counted"] == 3 and c32["rounds"][2]["excluded"] == {"reference": "completed 200 of 256 requests"}
+    again = tmp_path / "again.json"
+    subprocess.run([*cmd[:-1], str(again)], check=True, capture_output=True)
+    assert again.read_text() == out.read_text()  # a fixed seed: the same pack, the same file
