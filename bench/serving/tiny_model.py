@@ -29,7 +29,8 @@ CORPUS = [
 ] * 20
 
 
-def make_tokenizer(out: Path, vocab: int = 1000) -> None:
+def make_tokenizer(out: Path, vocab: int = 1000, corpus: list[str] | None = None) -> None:
+    """A byte-level BPE tokenizer of `vocab` tokens trained on `corpus` (default CORPUS), saved in `out`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
@@ -37,7 +38,7 @@ def make_tokenizer(out: Path, vocab: int = 1000) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(CORPUS if corpus is None else corpus, trainer)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
@@ -84,10 +85,11 @@ TRAIN_TEXT = SENTENCES
 
 
 def train(model: Any, out: Path, steps: int, device: str, seq: int = 128, loss_of: Any = None,
-          batch: int = 32) -> dict[str, float]:
-    """Train `model` (float32, on `device`) in place on TRAIN_TEXT tokenized by `out`'s tokenizer; the loss curve's
-    ends. `loss_of(model, batch)` gives the loss (default: the causal LM loss). The caller seeds torch once, before
-    making the model: its batches are drawn from the same generator."""
+          batch: int = 32, text: str | None = None) -> dict[str, Any]:
+    """Train `model` (float32, on `device`) in place on TRAIN_TEXT (or `text`, e.g. tiny_moe.py's docstring corpus)
+    tokenized by `out`'s tokenizer; the loss curve's ends. `loss_of(model, batch)` gives the loss (default: the
+    causal LM loss). The caller seeds torch once, before making the model: its batches are drawn from the same
+    generator."""
     import torch
     from tokenizers import Tokenizer
 
@@ -95,7 +97,7 @@ def train(model: Any, out: Path, steps: int, device: str, seq: int = 128, loss_o
     # One fixed order, repeated: every continuation is determined by what came before, so the
     # trained model's greedy choice is decisive everywhere (a shuffled order leaves ties between
     # the possible next sentences).
-    ids = tok.encode(" ".join(TRAIN_TEXT) + " ").ids * 64
+    ids = tok.encode(" ".join(TRAIN_TEXT) + " ").ids * 64 if text is None else tok.encode(text).ids
     data = torch.tensor(ids, device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     losses = []
@@ -108,10 +110,12 @@ def train(model: Any, out: Path, steps: int, device: str, seq: int = 128, loss_o
         loss.backward()
         opt.step()
         losses.append(float(loss))
-    return {"steps": steps, "first_loss": losses[0], "last_loss": losses[-1], "tokens": len(ids)}
+    # every 10th step's loss too: the curve, for the training log
+    return {"steps": steps, "first_loss": losses[0], "last_loss": losses[-1], "tokens": len(ids),
+            "loss_every_10": [round(x, 4) for x in losses[::10]]}
 
 
-def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, float]:
+def train_weights(out: Path, seed: int, steps: int, device: str, seq: int = 128) -> dict[str, Any]:
     """Train the config in `out` on TRAIN_TEXT (a cycle of it) and save bf16 weights; the loss curve's ends."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM

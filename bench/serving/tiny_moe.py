@@ -5,8 +5,11 @@ For serving a model that calls the wheel's MoE, FP8 GEMM, RMSNorm, rotary, atten
 block loader, and transformers runs the same weights as the reference. The shape: a few layers, 8
 experts, top-2 routing, GQA (4 query heads, 2 KV heads, head_dim 64), hidden and expert intermediate sizes
 multiples of 128 (block FP8 scales 128x128 blocks, and SGLang refuses a merged QKV or gate/up whose parts
-are not whole blocks). The tokenizer and the training are tiny_model.py's (the fixed text in one order, so
-greedy decoding is decisive), plus Mixtral's load-balancing loss so that every expert is used.
+are not whole blocks). It trains on Python's own docstrings and is prompted with docstrings of modules it never
+saw (docstring_corpus.py, issue 70: a model that recites its prompts proves little), with tiny_model.py's loop
+plus Mixtral's load-balancing loss so that every expert is used; tiny_moe_eval.py measures what it learned (the
+held-out loss, each expert's share, the prompts' top-2 margins and ties) into training.json, and the 64 prompts
+kept go to prompts.json beside the checkpoints.
 
 Saved by name, not by `save_pretrained`, so the folder does not depend on the transformers version:
 `model.layers.L.block_sparse_moe.{gate,experts.E.w1,w2,w3}.weight`, the names SGLang's Mixtral loader
@@ -39,12 +42,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import docstring_corpus
 import fp8_block
 import tiny_model
+import tiny_moe_eval
 
-# Training defaults per device (steps, batch, seq): on CPU what 2 busy cores do in a few minutes (loss ~1.3:
-# greedy mostly decisive); on a GPU, seconds, what tiny_model.py gives the dense model and more (loss << 0.1).
-TRAINING = {"cpu": {"steps": 120, "batch": 16, "seq": 64}, "cuda": {"steps": 600, "batch": 32, "seq": 128}}
+# Training defaults per device (steps, batch, seq): on CPU what 2 busy cores do in minutes; on a GPU, seconds.
+TRAINING = {"cpu": {"steps": 160, "batch": 16, "seq": 64}, "cuda": {"steps": 1500, "batch": 32, "seq": 128}}
 # The weights SGLang's Fp8LinearMethod / Fp8MoEMethod load as block FP8 in MixtralForCausalLM.
 QUANTIZED = re.compile(r"\.(self_attn\.[qkvo]_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$")
 
@@ -60,7 +64,7 @@ class Shape:
     kv_heads: int = 2
     vocab: int = 1000
     seed: int = 0
-    steps: int = 120
+    steps: int = 160
     batch: int = 16
     seq: int = 64
 
@@ -106,31 +110,14 @@ def key(shape: Shape, device: str) -> str:
     spec = {"shape": asdict(shape), "device": device.split(":")[0], "torch": torch.__version__,
             "transformers": transformers.__version__,
             "sources": [hashlib.sha256(s).hexdigest() for s in sources],
-            "text": hashlib.sha256(json.dumps(tiny_model.TRAIN_TEXT).encode()).hexdigest()}
+            "text": docstring_corpus.build().sha256(),
+            "eval": hashlib.sha256((HERE / "tiny_moe_eval.py").read_bytes()).hexdigest()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _aux_loss(model: Any, batch: Any) -> Any:
     # Mixtral's load-balancing term (router_aux_loss_coef x aux) is added to the LM loss when asked for.
     return model(input_ids=batch[:, :-1], labels=batch[:, :-1], output_router_logits=True).loss
-
-
-def _stats(model: Any, out: Path, shape: Shape, device: str) -> dict[str, Any]:
-    """How decisive the trained model is, and how evenly it routes, on the training text."""
-    import torch
-    from tokenizers import Tokenizer
-
-    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(" ".join(tiny_model.TRAIN_TEXT)).ids
-    with torch.no_grad():
-        res = model(input_ids=torch.tensor([ids], device=device), output_router_logits=True)
-        probs = torch.softmax(res.logits[0].float(), dim=-1)
-        top2 = probs.topk(2, dim=-1).values
-        per_layer = []
-        for logits in res.router_logits:
-            chosen = logits.topk(shape.top_k, dim=-1).indices.flatten()
-            per_layer.append(torch.bincount(chosen, minlength=shape.experts).tolist())
-    return {"mean_top1_prob": float(top2[:, 0].mean()), "min_top1_minus_top2_prob": float((top2[:, 0] - top2[:, 1]).min()),
-            "tokens_per_expert_per_layer": per_layer}
 
 
 def _v4_names(state: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +173,21 @@ def fp8_tensors(bf16: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def fp8_folder(bf16: Path, out: Path) -> Path:
+    """The block-FP8 copy of a bf16 checkpoint folder (the GPU host makes it from the carried bf16 one: the same
+    quantisation, fp8_block.py, so the carry holds one copy)."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((bf16 / "config.json").read_text())
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _save(partial, fp8_tensors(load_file(str(bf16 / "model.safetensors"))),
+          {**cfg, "quantization_config": fp8_block.QUANTIZATION_CONFIG}, bf16)
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return out
+
+
 def make(cache: Path, shape: Shape, device: str = "cpu") -> dict[str, Any]:
     """{"bf16": folder, "fp8": folder, "key", "cached", "training"}: made once per key."""
     shape.check()
@@ -194,28 +196,39 @@ def make(cache: Path, shape: Shape, device: str = "cpu") -> dict[str, Any]:
         return {"bf16": str(root / "bf16"), "fp8": str(root / "fp8"), "key": root.name, "cached": True,
                 "training": json.loads((root / "training.json").read_text())}
     import torch
+    from tokenizers import Tokenizer
     from transformers import MixtralConfig, MixtralForCausalLM
 
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     work = partial / "tokenizer"
-    tiny_model.make_tokenizer(work, shape.vocab)
+    corpus = docstring_corpus.build()
+    docstring_corpus.check_disjoint(corpus.prompts, corpus.train)
+    tiny_model.make_tokenizer(work, shape.vocab, corpus.train)
     cfg = config(shape)
     t0 = time.monotonic()
     torch.manual_seed(shape.seed)
     model = MixtralForCausalLM(MixtralConfig(**{k: v for k, v in cfg.items() if k != "torch_dtype"}))
     model = model.to(device=device, dtype=torch.float32)
     record: dict[str, Any] = tiny_model.train(model, work, shape.steps, device, shape.seq, loss_of=_aux_loss,
-                                              batch=shape.batch)
+                                              batch=shape.batch, text="\n".join(corpus.train))
     record["seconds"] = round(time.monotonic() - t0, 1)
     model = model.to(torch.bfloat16).eval()
-    record.update(_stats(model, work, shape, device))
+    record["corpus"] = {"stdlib": corpus.stdlib, "python": sys.version.split()[0], "sha256": corpus.sha256(),
+                        "modules_train_held_out": corpus.modules, "train_docstrings": len(corpus.train),
+                        "held_out_docstrings": len(corpus.held_out), "candidate_prompts": len(corpus.prompts),
+                        # check_disjoint ran above: no candidate repeats or occurs in the training text
+                        "candidates_absent_from_training_text": True}
+    record.update(tiny_moe_eval.evaluate(model, Tokenizer.from_file(str(work / "tokenizer.json")), corpus, shape,
+                                         device))
+    record["seconds_with_eval"] = round(time.monotonic() - t0, 1)
     bf16 = _canonical(model.state_dict(), shape)
     _save(partial / "bf16", bf16, cfg, work)
     _save(partial / "fp8", fp8_tensors(bf16), {**cfg, "quantization_config": fp8_block.QUANTIZATION_CONFIG}, work)
     record.update(shape=asdict(shape), device=device, torch=torch.__version__,
                   quantized_weights=sum(1 for n in bf16 if QUANTIZED.search(n)))
     (partial / "training.json").write_text(json.dumps(record, indent=1))
+    (partial / "prompts.json").write_text(json.dumps(record["prompts"], indent=1))
     shutil.rmtree(work)
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)
@@ -230,14 +243,20 @@ def main() -> None:
         parser.add_argument(f"--{field.replace('_', '-')}", type=int,
                             default=None if field in TRAINING["cpu"] else default)
     parser.add_argument("--device", default="cpu", help="torch device for training (e.g. cuda).")
+    parser.add_argument("--fp8-from", type=Path, default=None, metavar="BF16_DIR",
+                        help="Only write the block-FP8 copy of this bf16 folder to CACHE (a folder), and stop.")
     args = parser.parse_args()
+    if args.fp8_from:
+        print(fp8_folder(args.fp8_from, args.cache))
+        return
     training = TRAINING["cpu" if args.device == "cpu" else "cuda"]  # the defaults of steps, batch, seq
     shape = Shape(**{f: training[f] if getattr(args, f) is None else getattr(args, f) for f in asdict(Shape())})
     made = make(args.cache, shape, args.device)
     print(json.dumps({k: made[k] for k in ("bf16", "fp8", "key", "cached")}))
     t = made["training"]
     print(f"loss {t['first_loss']:.3f} -> {t['last_loss']:.3f} in {t['steps']} steps ({t.get('seconds')} s); "
-          f"mean top-1 prob {t['mean_top1_prob']:.3f}", file=sys.stderr)
+          f"held-out {t['held_out_loss']:.3f} (unigram {t['unigram_held_out_loss']:.3f}); "
+          f"expert load ok: {t['expert_load_ok']}; prompts kept {len(t['prompts'])}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -63,10 +63,20 @@ SENTENCES = [
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+# The prompts: held-out docstrings the tiny MoE never saw, each with a decisive first step (issue 70;
+# tiny_moe_eval.py's rule), as tiny_moe_report.py keeps them from the training log.
+PROMPTS_FILE = Path(__file__).resolve().parent / "results" / "tiny_moe_model.json"
+
+
 def prompt_texts(n: int) -> list[str]:
-    """N deterministic prompts: the sentences, then pairs of them (so lengths vary)."""
-    k = len(SENTENCES)
-    return [SENTENCES[i % k] if i < k else f"{SENTENCES[i % k]} {SENTENCES[(7 * i + 3) % k]}" for i in range(n)]
+    """The first N of the tiny MoE's held-out prompts: N distinct texts, or a one-line refusal."""
+    kept: list[str] = json.loads(PROMPTS_FILE.read_text())["prompts"]
+    if n > len(kept):
+        raise SystemExit(f"token_agreement: {n} prompts asked, but {PROMPTS_FILE.name} keeps {len(kept)} held-out "
+                         f"prompts: ask for at most {len(kept)} (--prompts)")
+    if len(set(kept[:n])) != n:
+        raise SystemExit(f"token_agreement: {PROMPTS_FILE.name}'s prompts repeat: remake it (tiny_moe_report.py)")
+    return kept[:n]
 
 
 @dataclass
