@@ -25,13 +25,16 @@ import pytest
 from build_kernel import plan as plan_mod
 from build_kernel import process
 from build_kernel.errors import ServeError
+from build_kernel.recipe import Serve
 from build_kernel.recipe.load import load
 from build_kernel.resources import Resources
-from build_kernel.stages.serve import environment, install, launch, sglang_dist, wheelhouse
+from build_kernel.stages.serve import api_key, bench, environment, install, jit_prewarm, launch, sglang_dist, wheelhouse
+from tests import test_error_sites_publish as publish_sites
 from tests.conftest import write_recipe, write_series
 
 RES = Resources(cpus=2, cpus_why="test", memory_bytes=8 * 1024**3, memory_why="test")
 TRUE = shutil.which("true") or "/bin/true"
+no_inodes = publish_sites.no_inodes  # a tmpfs with no free inode (needs root to mount)
 
 
 def serve_plan(project: Path, tmp_path: Path, repo: str, commit: str, serve: str, toolchain: str = "") -> plan_mod.Plan:
@@ -178,3 +181,39 @@ def test_a_server_that_dies_while_serving(tmp_path: Path) -> None:
         launch.serve_foreground(server)
     assert info.value.render() == ("the server exited with code 3 while serving: RuntimeError: CUDA error: an illegal "
                                    f"memory access (see {log_path})")
+
+
+# --- bench, JIT prewarm, the API key ------------------------------------------------------------
+
+def test_a_bench_run_that_writes_no_results(tmp_path: Path) -> None:
+    """An interpreter whose `-m sglang.bench_serving` ends well and writes nothing (/bin/true stands for it)."""
+    with pytest.raises(ServeError) as info:
+        bench.run(TRUE, dict(os.environ), host="127.0.0.1", port=1, model="org/model", serve=Serve(),
+                  out_dir=tmp_path / "bench", log_path=tmp_path / "bench.log")
+    raw = tmp_path / "bench" / f"bench-c{Serve().bench_concurrency[0]}.jsonl"
+    assert info.value.render() == f"sglang.bench_serving wrote no results to {raw} (see {tmp_path / 'bench.log'})"
+
+
+def test_jit_prewarm_without_ninja_or_without_an_answer(tmp_path: Path) -> None:
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").symlink_to(TRUE)
+    with pytest.raises(ServeError) as info:
+        jit_prewarm._preflight({"CUDA_HOME": str(cuda), "PATH": str(tmp_path / "empty")})
+    assert info.value.render() == ("ninja not found on the prewarm's PATH (tvm-ffi runs `ninja`) (pip install ninja "
+                                   "into the serve environment)")
+    with pytest.raises(ServeError) as info:
+        jit_prewarm._child(TRUE, "list", {"entries": []}, dict(os.environ), what="listing the JIT builders",
+                           log_path=tmp_path / "jit.log", timeout=60)
+    assert info.value.render() == (f"listing the JIT builders: {TRUE} exited 0 without an answer: (no output) "
+                                   f"(see {tmp_path / 'jit.log'})")
+
+
+def test_an_api_key_file_that_cannot_be_made(no_inodes: Path) -> None:
+    path = no_inodes / "credstore" / "serve.api-key"
+    with pytest.raises(ServeError) as info:
+        api_key.ensure(path)
+    assert info.value.render() == (f"cannot make the API key file {path}: No space left on device (run `serve "
+                                   "--install` as a user that may write there (root for /etc/credstore), or set [serve] "
+                                   "api_key_file to a folder you own)")
+    assert list(no_inodes.iterdir()) == []
