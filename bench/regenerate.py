@@ -112,6 +112,8 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                                            ("own-12.0a", "sgl_kernel-0.3.21+cu130.torch2.14.sm120a.g6ffc74e.pe29f8d"))
                     for f in raw("house_speed", f"local-2c-2026-12-07-{label}", "meta.json",
                                  *(f"{wheel}-{side}-{n}.json" for side in ("baseline", "ours") for n in (1, 2))))]),
+    # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh).
+    "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py", ["bench/nightly/raw/local-2c-2026-12-07"]),
 }
 
 # Each study's picture -> the script that draws it (from the raw packs or results above); byte-stable SVG.
@@ -121,6 +123,10 @@ FIGURES = {
     "bench/split_tus/per-tu.svg": "bench/split_tus/per_tu_figure.py",
     "bench/scheduler/peaks.svg": "bench/scheduler/peaks_figure.py",
     "bench/arch_builds/builds.svg": "bench/arch_builds/builds_figure.py",
+    "bench/nightly/timeline.svg": "bench/nightly/timeline_figure.py",
+    # The replay's history page (the tool's page writer; its history.json the same way, by the suffix).
+    "bench/nightly/page/history/nightly-cu130/index.html": "bench/nightly/replay_page.py",
+    "bench/nightly/page/history/nightly-cu130/history.json": "bench/nightly/replay_page.py",
 }
 
 # Measured live (no raw pack): the command that measures it again, on the machine the study names.

@@ -1,7 +1,8 @@
 """The replay's table from its raw records: a row per night (night, commit, package version, series chosen, retired,
 conflict and first bad commit, build wall, the plan's verdict, patch check and patch health beside the choice), and
 what the choice drops: the recipe's own series' patches (nightly-cu130: sm120 v8) that the chosen version does not
-carry and that no night so far reported retired, and the patches it carries that the recipe omits.
+carry, that no night so far reported retired and whose Applied-Upstream fix is not in the night's history; and the
+patches it carries that the recipe omits.
 
     python bench/nightly/replay_table.py bench/nightly/raw/local-2c-2026-12-07 --out bench/nightly/results/replay.json
 """
@@ -51,30 +52,53 @@ def rows(raw: Path) -> list[dict[str, Any]]:
             "plan": d["plan"], "patch_check": d["patch_check"],
             "patch_health": None if health is None else {"newest_applying": health["newest"],
                                                          "agrees": health["agrees"]},
-            "drops": sorted(set(own) - set(carried) - retired) if carried else [],
+            # Upstream has it (an earlier night's retired, or its Applied-Upstream commit in this night's history):
+            # no version needs to carry it any more.
+            "drops": sorted(set(own) - set(carried) - retired - set(d.get("recipe_patches_upstream", []))) if carried
+            else [],
+            "recipe_patches_upstream": d.get("recipe_patches_upstream", []),
             "carries_omitted": sorted(OMITTED & set(carried)),
             "lock_changes": [f"{c['pin']} {c['from']} -> {c['to']}" for c in r["lock_changes"]],
         })
     return out
 
 
+def markdown(table: list[dict[str, Any]]) -> str:
+    """The README's table: night, commit, package version, series, retired, conflict, build wall, patch health."""
+    lines = ["| night | commit | version | series | retired | conflict (first bad commit) | build wall s | health |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        c = r["conflict"]
+        h = r["patch_health"]
+        lines.append(f"| {r['night']} | `{r['commit']}` | {r['package_version']} | {r['series'] or '-'}"
+                     f"{' (drops ' + str(len(r['drops'])) + ')' if r['drops'] else ''} | "
+                     f"{', '.join(p.split('-')[0] for p in r['retired']) or ''} | "
+                     f"{'' if c is None else c['patch'].split('-')[0] + ' (`' + c['first_bad_commit'] + '`)'} | "
+                     f"{'' if r['build_wall_s'] is None else format(r['build_wall_s'], ',.0f')} | "
+                     f"{'' if h is None else ('agrees' if h['agrees'] else 'DIFFERS: ' + str(h['newest_applying']))} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", type=Path)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--markdown", action="store_true", help="also print the README's table")
     args = ap.parse_args()
     table = rows(args.raw)
     health = [r["patch_health"] for r in table if r["patch_health"] is not None]
     summary = {
         "nights": len(table), "raw": args.raw.name,
         "outcomes": {o: sum(r["outcome"] == o for r in table) for o in record.OUTCOMES},
-        "series": {v: sum(r["series"] == v for r in table) for v in sorted({str(r["series"]) for r in table})},
+        "series": {v: sum(str(r["series"]) == v for r in table) for v in sorted({str(r["series"]) for r in table})},
         "patch_check_applies": sum(r["patch_check"] is True for r in table),
         "patch_health_rows": len(health), "patch_health_agrees": sum(h["agrees"] for h in health),
         "nights_dropping_unretired_patches": sum(bool(r["drops"]) for r in table),
         "nights_carrying_omitted_patches": sum(bool(r["carries_omitted"]) for r in table),
         "built": sum(r["build_wall_s"] is not None for r in table),
     }
+    if args.markdown:
+        print(markdown(table))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "nights": table}, indent=1, sort_keys=True) + "\n")
     print(args.out)

@@ -125,7 +125,10 @@ def _cells(row: dict[str, Any]) -> str:
              else escape(row["wheel"] or ""))
     logs = " ".join(f'<a href="{escape(href)}">{escape(stage)}</a>' if href else escape(stage)
                     for stage, href in row["logs"].items())
-    version = "/".join(x for x in (row["series"], row["version"]) if x)
+    name = row["series"] or ""
+    # The nightly names a series as `sm120/v12` and its version `v12`; a hand-made record may give `sm120` + `v12`.
+    version = name if row["version"] and name.endswith(f"/{row['version']}") else "/".join(
+        x for x in (name, row["version"]) if x)
     return (f'<td>{escape(row["night"])}</td><td><code>{escape(row["commit"][:12])}</code></td>'
             f'<td class="o">{escape(row["outcome"])}</td><td>{escape(row["reason"])}</td><td>{escape(version)}</td>'
             f'<td>{change}</td><td class="n">{_num(row["wall_s"])}</td><td class="n">{_num(row["compiler_cpu_s"])}</td>'
