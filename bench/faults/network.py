@@ -130,8 +130,14 @@ class Proxy:
             return
         upstream.settimeout(None)
         done = threading.Event()
-        for src, dst, way in ((client, upstream, "up"), (upstream, client, "down")):
-            threading.Thread(target=self._pump, args=(src, dst, way, count, client, upstream, done), daemon=True).start()
+        pumps = [threading.Thread(target=self._pump, args=(src, dst, way, count, client, upstream, done), daemon=True)
+                 for src, dst, way in ((client, upstream, "up"), (upstream, client, "down"))]
+        for pump in pumps:
+            pump.start()
+        for pump in pumps:
+            pump.join()
+        client.close()
+        upstream.close()
 
     def _pump(self, src: socket.socket, dst: socket.socket, way: str, count: dict[str, int], client: socket.socket,
               upstream: socket.socket, done: threading.Event) -> None:
@@ -158,7 +164,6 @@ class Proxy:
                         with contextlib.suppress(OSError):
                             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                             sock.shutdown(socket.SHUT_RDWR)  # wakes the other direction's recv
-                        sock.close()
                     return
         except OSError:
             done.set()
