@@ -7,7 +7,11 @@ decisions per layer against the floor, the prompts' first-step margins with exac
 kept (token_agreement.py prompts with them). The rules (floor, margin) are tiny_moe_eval.py's, written before the
 model was measured. Nothing is typed by hand.
 
-    python bench/serving/tiny_moe_report.py bench/serving/raw/RUN/training.json --out bench/serving/results/tiny_moe_model.json
+With --fp8-tolerance, fp8_tolerance.py's measurement (raw) goes in too: the min_pass_fraction the served FP8 run is
+held to (evidence_on_gpu_host.sh reads it from the results file).
+
+    python bench/serving/tiny_moe_report.py bench/serving/raw/RUN/training.json [--fp8-tolerance RAW/fp8-tolerance.json] \
+        --out bench/serving/results/tiny_moe_model.json
 """
 
 from __future__ import annotations
@@ -18,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "results" / "tiny_moe_model.json"
+
+
+def tolerance(measured: dict[str, Any], raw_name: str) -> dict[str, Any]:
+    return {"raw": raw_name, "rule": measured["rule"], "prompts": measured["prompts"], "passed": measured["passed"],
+            "identical": measured["identical"], "min_pass_fraction": measured["min_pass_fraction"],
+            "failed_prompts": [v["prompt"] for v in measured["verdicts"] if not v["passed"]],
+            "first_divergence_steps": sorted(v["first_divergence"] for v in measured["verdicts"]
+                                             if v["first_divergence"] is not None)}
 
 
 def report(record: dict[str, Any], raw_name: str) -> dict[str, Any]:
@@ -57,10 +69,14 @@ def report(record: dict[str, Any], raw_name: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("training", type=Path, help="training.json of a tiny_moe.py run (raw)")
+    parser.add_argument("--fp8-tolerance", type=Path, default=None, help="fp8_tolerance.py's output (raw)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     record = json.loads(args.training.read_text())
     result = report(record, f"{args.training.parent.name}/{args.training.name}")
+    if args.fp8_tolerance:
+        name = f"{args.fp8_tolerance.parent.name}/{args.fp8_tolerance.name}"
+        result["fp8_tolerance"] = tolerance(json.loads(args.fp8_tolerance.read_text()), name)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     h, e = result["held_out"], result["expert_load"]
     print(f"held-out loss {h['loss']} (unigram {h['unigram_loss']}); expert share {e['min_share']}..{e['max_share']} "
