@@ -190,7 +190,9 @@ def full_path(exc: BaseException) -> Path | bool:
     False when it is not a full disk."""
     for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
-            return Path(e.filename) if isinstance(e.filename, str) else True
+            # A copy names its source first and the file it was writing second (shutil's sendfile copy).
+            written = e.filename2 if isinstance(e.filename2, str) else e.filename
+            return Path(written) if isinstance(written, str) else True
     for e in _chain(exc):
         text = e.render() if isinstance(e, BuildKernelError) else str(e)
         # A child's output kept on the exception (subprocess.CalledProcessError: ensurepip in a full cache).

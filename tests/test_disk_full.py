@@ -132,3 +132,21 @@ def test_a_child_whose_log_says_no_space_is_a_full_disk(tmp_path: Path) -> None:
                                    "1000000000.0 GB needed there (a test's need), ")
     log.write_text("-- Detecting CUDA compiler ABI info\nerror: identifier undefined\n")
     assert disk_space.disk_full(error, [need], "the build stage") is None  # another failure stays itself
+
+
+def test_a_copy_that_fills_its_destination_names_the_destination(tmp_path: Path,
+                                                                  small_disk: Callable[..., Path]) -> None:
+    """shutil's copy names the source first, the file it was writing second: the full folder is the second's
+    (the build stage's wheel, from the cache into a full output folder)."""
+    from build_kernel import atomic
+
+    source = tmp_path / "cache" / "big.whl"
+    source.parent.mkdir()
+    source.write_bytes(b"w" * 200_000)
+    out = small_disk(tmp_path / "out", "64k")
+    needs = [disk_space.Need("cache", source.parent, 1, "a", "-"), disk_space.Need("output", out, 1, "b", "-")]
+    with pytest.raises(OSError) as raised:
+        atomic.copy_file(source, out / "big.whl")
+    full = disk_space.disk_full(raised.value, needs, "the build stage")
+    assert full is not None and full.message.startswith(f"no space left in {out} (the output folder)")
+    assert list(out.iterdir()) == []  # nothing half-written
