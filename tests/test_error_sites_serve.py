@@ -28,9 +28,21 @@ from build_kernel.errors import ServeError
 from build_kernel.recipe import Serve
 from build_kernel.recipe.load import load
 from build_kernel.resources import Resources
-from build_kernel.stages.serve import api_key, bench, environment, install, jit_prewarm, launch, sglang_dist, wheelhouse
+from build_kernel.stages.serve import (
+    api_key,
+    bench,
+    environment,
+    flags,
+    install,
+    jit_prewarm,
+    launch,
+    preflight,
+    sglang_dist,
+    wheelhouse,
+)
 from tests import test_error_sites_publish as publish_sites
 from tests.conftest import write_recipe, write_series
+from tests.test_publish import make_wheel
 
 RES = Resources(cpus=2, cpus_why="test", memory_bytes=8 * 1024**3, memory_why="test")
 TRUE = shutil.which("true") or "/bin/true"
@@ -217,3 +229,30 @@ def test_an_api_key_file_that_cannot_be_made(no_inodes: Path) -> None:
                                    "--install` as a user that may write there (root for /etc/credstore), or set [serve] "
                                    "api_key_file to a folder you own)")
     assert list(no_inodes.iterdir()) == []
+
+
+# --- the preflight and the flag parser's answers ------------------------------------------------
+
+def test_the_preflight_refuses_an_interpreter_without_our_wheel_and_another_sglang(tmp_path: Path) -> None:
+    """What `environment.inspect` read from a serve interpreter that lacks our wheel and has another sglang."""
+    wheel = make_wheel(tmp_path, "minikernel", "0.1.0")  # with a passing verify record beside it
+    installed = environment.Installed(python="/srv/env/bin/python", sglang="0.5.8", torch=None, module_origin=None)
+    with pytest.raises(ServeError) as info:
+        preflight.check(wheel, "minikernel", installed, sglang=sglang_dist.Choice("release", "0.5.9"), env={})
+    assert info.value.render() == (
+        f"refusing to serve: /srv/env/bin/python has no minikernel: the server would not import our {wheel.name} "
+        "(and 1 more) (run `build-kernel serve --install --recipe R`: it installs this wheel --no-deps and sglang "
+        "beside it)")
+
+
+def test_the_flag_parser_could_not_import_sglang_or_met_an_unknown_flag() -> None:
+    """The answers the flag-parsing child gives (flags.py's protocol), as they come back."""
+    with pytest.raises(ServeError) as info:
+        flags._outcome("/srv/env/bin/python", {"error": "cannot import sglang: No module named 'sglang'", "unknown": {}})
+    assert info.value.render() == ("/srv/env/bin/python: cannot import sglang: No module named 'sglang' (run "
+                                   "`build-kernel serve --install --recipe R` (add --flags-only on a machine without a "
+                                   "GPU))")
+    with pytest.raises(ServeError) as info:
+        flags._outcome("/srv/env/bin/python", {"error": "", "sglang": "0.5.9", "unknown": {"--tp-sise": []}})
+    assert info.value.render() == ("sglang 0.5.9 has no flag --tp-sise (see `/srv/env/bin/python -m "
+                                   "sglang.launch_server --help`)")
