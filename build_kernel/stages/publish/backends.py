@@ -118,7 +118,8 @@ def classify_upload_failure(target: Target, wheel: Path, version: str, output: s
                            f"to the upload of {wheel.name}",
                            "is that the upload URL? pypiserver: http://HOST:PORT/, devpi: https://HOST/USER/INDEX/, "
                            "Artifactory: https://HOST/artifactory/api/pypi/REPO")
-    return target.fail(f"uploading {wheel.name} to {target.label} failed: {last_line(output)}")
+    return target.fail(f"uploading {wheel.name} to {target.label} failed: {last_line(output)}",
+                       "twine's whole output is in the publish log; fix what it names, then run the same command again")
 
 
 class TwineBackend:

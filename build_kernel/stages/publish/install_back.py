@@ -133,7 +133,8 @@ def _install_failure(target: Target, requirement: str, python: str, output: str,
         return target.fail(f"{requirement} was published but is not installable from {target.simple_url}",
                            "check the target's simple URL (devpi: …/+simple/; set `simple` in indexes.toml "
                            "or pass --install-url)")
-    return target.fail(f"installing {requirement} back from {target.simple_url} failed: {last_line(output)}")
+    return target.fail(f"installing {requirement} back from {target.simple_url} failed: {last_line(output)}",
+                       "pip's whole output is in the publish log; fix what it names, then run the same command again")
 
 
 def _name(requirement: str) -> str:
@@ -196,7 +197,8 @@ def install_back(target: Target, project: str, version: str, *, modules: Sequenc
         fetched = (info.get("hashes") or {}).get("sha256")
         got_version = ours.get("metadata", {}).get("version")
         if got_version != version:
-            raise target.fail(f"pip installed {project} {got_version} from {target.label}, not {version}")
+            raise target.fail(f"pip installed {project} {got_version} from {target.label}, not {version}",
+                              "the wheel's METADATA Version must be its file name's version, as written: rebuild it")
         if lent:
             _check_lent(target, requirement, ours.get("metadata", {}).get("requires_dist") or [], have,
                         _sources(target, find_links), fix)
