@@ -97,7 +97,13 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 
 def test_a_conflict_night_reports_first_and_posts_to_the_webhook(tmp_path: Path, project: Path) -> None:
     """A real night on the bundled miniature whose only patch does not apply: no compile, exit 5, the report's
-    first lines say no new wheel and why, and the user config's webhook receives the same as JSON."""
+    first lines say no new wheel and why, and the user config's webhook receives the same as JSON. Its torch is
+    `nightly` on a local PEP 503 index (PyTorch's is not reachable here): resolved through the lock's code by pip,
+    recorded as moved, and not written to the lock, since the night built nothing with it."""
+    from tests.test_wheel_pins import NIGHTLY, OLD, RELEASE, LocalIndex
+
+    torch_index = LocalIndex(tmp_path / "torch-index")
+    torch_index.publish(RELEASE, OLD, NIGHTLY)
     series = project / "patches" / "minicppext" / "v1"
     series.mkdir(parents=True)
     (series / "0001-title.patch").write_text("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# not the title\n"
@@ -107,7 +113,8 @@ def test_a_conflict_night_reports_first_and_posts_to_the_webhook(tmp_path: Path,
 
     write_lock(series)
     text = (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
-    recipe = write_recipe(project, "hooked", text)
+    recipe = write_recipe(project, "hooked", text.replace('torch = "existing"',
+                                                          f'torch = "nightly"\ntorch_index = "{torch_index.url}"'))
     server = http.server.HTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     config = tmp_path / "config.toml"
@@ -125,7 +132,11 @@ def test_a_conflict_night_reports_first_and_posts_to_the_webhook(tmp_path: Path,
     assert first[2].startswith("**Why:** no version of series minicppext applies at ")
     assert "0001-title.patch (README.md hunk #1 (line 1): expected '# not the title', found '# minicppext')" in first[2]
     assert first[4].startswith("**What changed:** upstream main: ")
+    assert f"lock: toolchain.torch: none -> {NIGHTLY} (torch-{NIGHTLY}-py3-none-any.whl, sha256 " in first[4]
     [posted] = _Hook.got
     assert posted["headline"] == first[0][2:] and posted["new_wheel"] is False
     assert posted["record"]["series"]["conflict"]["first_bad_commit"] is None  # no good night to bisect from
     assert json.loads((tmp_path / "state" / "report.json").read_text())["headline"] == posted["headline"]
+    [moved] = posted["record"]["lock_changes"]
+    assert moved["pin"] == "toolchain.torch" and moved["from"] is None and moved["to"].startswith(NIGHTLY)
+    assert not recipe.with_suffix(".lock").exists()  # moved only by a night that builds with it
