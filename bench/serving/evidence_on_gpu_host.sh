@@ -29,7 +29,8 @@
 # ("bf16 fp8 pcg"), OUT (/tmp/evidence-out), START_TIMEOUT_S (600 per start), ATTENTION (default: fa3 where the
 # wheel's FA3 runs this model's head dim, else flashinfer). Dry run off the GPU host (no sglang: the recipes, the
 # FP8 copy and each start's command, and serve's own dry run, whose flag check needs sglang and says so):
-# DRY=1 WHEEL=any.whl SERVE_PYTHON=.venv/bin/python OUT=/tmp/x RAW=/tmp/y bash bench/serving/evidence_on_gpu_host.sh
+# PATH=$PWD/.venv/bin:$PATH DRY=1 WHEEL=any.whl SERVE_PYTHON=$PWD/.venv/bin/python OUT=/tmp/x RAW=/tmp/y \
+#   bash bench/serving/evidence_on_gpu_host.sh      (tiny_moe.py's --fp8-from needs torch and safetensors there)
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -73,10 +74,10 @@ fi
 "$SERVE_PYTHON" -c 'import sglang, sgl_kernel; print("sglang", sglang.__version__, "sgl_kernel", sgl_kernel.__file__)' \
   >> "$R/host.txt" 2>&1; step "serve environment $SERVE_PYTHON rc=$?"
 BF16=$MOE/bf16 FP8=/tmp/evidence-fp8
-"$SERVE_PYTHON" bench/serving/tiny_moe.py "$FP8" --fp8-from "$BF16" > "$R/fp8.log" 2>&1
+"$SERVE_PYTHON" bench/serving/tiny_moe.py "$FP8" --fp8-from "$BF16" > "$R/fp8.log" 2>&1; fp8_rc=$?
 sha256sum "$BF16/model.safetensors" "$FP8/model.safetensors" > "$R/checkpoints.sha256" 2>&1
 cp "$BF16/config.json" "$R/config-bf16.json"; cp "$MOE/training.json" "$R/training.json" 2>/dev/null
-step "fp8 copy rc=$?"
+step "fp8 copy rc=$fp8_rc"
 MIN_PASS=$(python3 -c 'import json; print(json.load(open("bench/serving/results/tiny_moe_model.json"))["fp8_tolerance"]["min_pass_fraction"])' 2>/dev/null || echo 0.9)
 echo "fp8 tolerance: --min-pass $MIN_PASS (results/tiny_moe_model.json fp8_tolerance; 0.9 only where it is absent)" >> "$R/notes.txt"
 
@@ -122,8 +123,8 @@ start() {  # $1: name, $2: model, $3: args, $4: env lines, $5: token_agreement's
   python3 -m build_kernel --json serve "$WHEEL" --recipe "$R/recipes/$1.toml" > "$d/dry-run.json" 2> "$d/dry-run.err"
   local checks=()
   if [ "$6" = 1 ]; then
-    checks=(--check "$SERVE_PYTHON $REPO/bench/serving/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32 --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $5"
-            --check "$SERVE_PYTHON $REPO/bench/serving/sampled_requests.py --url {url} --requests 8")
+    checks=(--check "$(command -v python3) $REPO/bench/serving/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32 --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $5"
+            --check "$(command -v python3) $REPO/bench/serving/sampled_requests.py --url {url} --requests 8")
   fi
   if [ "$DRY" = 1 ]; then printf '%q ' python3 -m build_kernel --json serve "$WHEEL" --recipe "$R/recipes/$1.toml" --launch --smoke-only "${checks[@]}" > "$d/command.txt"; step "$1 dry run: $(cat "$d/dry-run.err" | tail -1 | cut -c1-200)"; return 0; fi
   # SIGINT at the limit: build-kernel then stops the server's whole process group itself.
