@@ -1,5 +1,6 @@
 """`nightly-replay A..B` over a real miniature upstream (git, sglang-shaped: the package in minikernel/, the pins
-in python/pyproject.toml) whose commits fall on different days: a night per day that touched the package, the
+in python/pyproject.toml) whose commits fall on different days: a night per day that touched the package (a commit
+dated before the one ahead of it on main counts on the later day), the
 series chosen by the nightly's own series choice, a version change that retires a patch upstream took, a conflict
 with its first bad commit (not the night's own commit), the lock's moves, patch health's verdict beside each
 release night, and the history page made from the records."""
@@ -51,6 +52,8 @@ def _upstream(path: Path) -> tuple[str, dict[str, str]]:
     commit("04", "guarded", {"CMakeLists.txt": guarded, "pyproject.toml": bump("0.1.2")},
            {"python/pyproject.toml": pins.replace("torch==2.9.1", "torch==2.10.0")})
     commit("05", "readme again", {"README.md": files["README.md"]})
+    # Dated the day before the commit ahead of it on main (its committer's clock): it reached main on the 5th.
+    commit("04", "late merge", {"README.md": files["README.md"] + "\nlate\n"})
     # The first bad commit of v2's patch (and v1's 0001 conflicts too): nothing applies from here.
     commit("06", "policy changed", {"CMakeLists.txt": cmake.replace("CMP0177 NEW", "CMP0177 OLD")})
     end = commit("06", "later that day", {"pyproject.toml": bump("0.2.0")})
@@ -75,14 +78,14 @@ def test_replay_of_a_miniature_history(tmp_path: Path, project: Path) -> None:
     assert printed == records  # what it printed is what it wrote, every record keeping the contract
     assert [(r["night"], r["upstream"]["commit"]) for r in records] == [
         ("2026-03-01", shas["base"]), ("2026-03-02", shas["readme"]), ("2026-03-04", shas["guarded"]),
-        ("2026-03-05", shas["readme again"]), ("2026-03-06", shas["later that day"])]
+        ("2026-03-05", shas["late merge"]), ("2026-03-06", shas["later that day"])]
     assert [r["outcome"] for r in records] == ["unchanged"] * 4 + ["conflict"]
     assert [r["series"]["version"] for r in records] == ["v1", "v1", "v2", "v2", None]
     assert records[2]["series"]["retired"] == ["0001-cmake-guard-policies.patch"]
     conflict = records[4]["series"]["conflict"]
     assert conflict["patch"] == note and conflict["first_bad_commit"] == shas["policy changed"]
     assert records[2]["lock_changes"] == [{"pin": "torch", "from": "==2.9.1", "to": "==2.10.0"}]
-    assert records[4]["upstream"]["previous_good"] == shas["readme again"]
+    assert records[4]["upstream"]["previous_good"] == shas["late merge"]
 
     detail = json.loads((state / "replay.json").read_text())["nights"]
     assert [d["package_version"] for d in detail] == ["0.1.0", "0.1.0", "0.1.2", "0.1.2", "0.2.0"]
