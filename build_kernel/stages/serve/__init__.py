@@ -154,7 +154,8 @@ class ServeStage:
                                  out_dir=ctx.plan.cache_dir / "serve" / "bench", log_path=log_path, api_key=key)
                 self.result["bench"] = rows
             if counted:  # after smoke (and bench), while the server still runs
-                self.result["ops"] = ops.report(counted[0], ops.snapshot(ops_dir))
+                own = ops.wheel_sha256(preflight.wheel_record(wheel)[0])  # an op counts when its library is these
+                self.result["ops"] = ops.report(counted[0], ops.snapshot(ops_dir), own)
                 self.result["ops"]["folder"] = str(ops_dir)
                 for line in ops.summary(self.result["ops"]):
                     log.info(line)

@@ -80,6 +80,13 @@ def snapshot(folder: Path) -> Counts:
     return last
 
 
+def wheel_sha256(record: Mapping[str, str]) -> set[str]:
+    """A wheel's RECORD hashes (path -> urlsafe base64 sha256, preflight.wheel_record) as the hex the hook writes."""
+    import base64
+
+    return {base64.urlsafe_b64decode(h + "=" * (-len(h) % 4)).hex() for h in record.values()}
+
+
 def op_of(name: str) -> str:
     """The op a counted name calls: `sgl_kernel::fwd.default` -> `sgl_kernel::fwd` (the overload dropped)."""
     return name.split(".")[0]
