@@ -6,8 +6,9 @@
 
 `run` mutates only the functions in SCOPE (the all-or-nothing patch series, the patched
 tree's partial folder / lock / marker, the fetch lock, publish's install-back import check
-and static-folder lock + restore, recipe validation, atomic writes) and runs the fast tests
-that [tool.mutmut] selects. `--survivors` re-runs only the mutants in scope that were not
+and static-folder lock + restore + sweep, recipe validation, atomic writes; since 2026-12-07 also
+the static index pages, the index page's hashes, the full-disk classification and the network
+timeouts) and runs the fast tests that [tool.mutmut] selects; `--modules` only some of them. `--survivors` re-runs only the mutants in scope that were not
 killed last time (survived, no tests, timeout, not checked): a killed mutant stays killed
 when tests are only added. `--deadline` stops mutmut (as Ctrl-C does) after S seconds.
 mutmut 3 does not mutate decorated functions: `atomic.folder` and publish's `_dir_lock`
@@ -43,18 +44,24 @@ SCOPE: dict[str, list[str]] = {
     "build_kernel.stages.patch.apply": ["x_apply_series", "x_restore"],
     "build_kernel.stages.fetch.workspace": ["x_prepare", "x__make_atomically"],
     "build_kernel.stages.fetch.remote": ["x_ensure_commit"],
-    "build_kernel.stages.fetch.mirror": ["x_init", "x_has_commit"],
+    "build_kernel.stages.fetch.mirror": ["x_init", "x_has_commit", "x_checkout"],
     "build_kernel.stages.publish.install_back": ["x_install_back", "x__import_check", "x__pip_env"],
-    "build_kernel.stages.publish.backends": ["x__tree", "x__restore", "xǁStaticDirBackendǁput",
+    "build_kernel.stages.publish.backends": ["x__tree", "x__restore", "x__sweep", "xǁStaticDirBackendǁput",
                                              "xǁStaticDirBackendǁ_add"],
     "build_kernel.recipe.problems": ["x*"],
     "build_kernel.recipe.rules": ["x_check_fp4"],
+    # Grown 2026-12-07 (issue 68 item 7) to what crash, disk and network faults touch: the static index's pages
+    # (rewritten whole, by rename), the index page's hashes (the already-there check), a full disk told apart
+    # from other failures, the network timeouts and a transfer that broke.
+    "build_kernel.static_index": ["x_*"],
+    "build_kernel.stages.publish.index_page": ["x_*"],
+    "build_kernel.disk_space": ["x__chain", "x__log_says_full", "x_full_path", "x_disk_full", "x_existing"],
+    "build_kernel.network": ["x__seconds", "x_settings", "x_broken_transfer"],
 }
 # `--extended`: their neighbours too (about 450 mutants more; an hour on 2 cores).
 EXTENDED: dict[str, list[str]] = {
     "build_kernel.stages.patch.apply": ["x_check_series"],
     "build_kernel.stages.fetch.workspace": ["x_check_applicability"],
-    "build_kernel.stages.fetch.mirror": ["x_checkout"],
     "build_kernel.stages.publish.install_back": ["x__pip_install"],
     "build_kernel.stages.publish": ["x_publish"],
     "build_kernel.recipe.load": ["x__find"],
@@ -100,9 +107,10 @@ def status(code: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    names = patterns(args.extended)
+    names = [n for n in patterns(args.extended) if not args.modules or n.rsplit(".", 1)[0] in args.modules]
     if args.survivors:
-        names = sorted(n for n, c in results(args.extended).items() if status(c) != "killed")
+        names = sorted(n for n, c in results(args.extended).items() if status(c) != "killed"
+                       and (not args.modules or n.rsplit(".", 1)[0] in args.modules))
         if not names:
             print("no survivors in scope: nothing to run")
             return 0
@@ -187,6 +195,8 @@ def main() -> int:
     r.add_argument("--deadline", type=float, default=None, help="stop after this many seconds")
     r.add_argument("--survivors", action="store_true", help="only the mutants in scope not killed last time")
     r.add_argument("--extended", action="store_true", help="SCOPE and EXTENDED")
+    r.add_argument("--modules", type=lambda v: v.split(","), default=[],
+                   help="only these modules of the scope (comma-separated): a subset that fits the time there is")
     r.add_argument("--log", default=None, help="mutmut's output (default: mutants/run.log)")
     r.set_defaults(func=run)
     p = sub.add_parser("report")
