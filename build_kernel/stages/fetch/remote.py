@@ -19,19 +19,17 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import git
 from filelock import FileLock
 
-from build_kernel import examples, log, network
+from build_kernel import examples, network
 from build_kernel.errors import FetchError
 from build_kernel.mirrors import Mirrors, Rewrite, is_url
 from build_kernel.recipe import SHA_RE
-from build_kernel.stages.fetch import mirror
+from build_kernel.stages.fetch import mirror, transfer
 from build_kernel.stages.fetch.mirror import NO_NETWORK as NO_NETWORK
 from build_kernel.stages.fetch.mirror import checkout as checkout
 
@@ -56,16 +54,6 @@ def resolve_url(repo: str, cache_dir: Path, base: Path | None = None) -> str:
             path = base / path
         return str(path.resolve())
     return repo
-
-
-def _git_error(exc: git.GitCommandError) -> str:
-    """git's own `fatal:`/`error:` line, without GitPython's wrapping."""
-    lines = [re.sub(r"^stderr:\s*", "", l.strip()).strip("'").strip() for l in str(exc.stderr or exc).splitlines()]
-    lines = [l for l in lines if l]
-    for line in lines:
-        if line.startswith(("fatal:", "error:")):
-            return line
-    return lines[-1] if lines else f"git exited {exc.status}"
 
 
 def _where(rw: Rewrite) -> str:
@@ -108,55 +96,6 @@ def _missing_blobs(repo: git.Repo, sha: str, paths: Sequence[str]) -> set[str]:
     return missing & _needed_blobs(repo, sha, paths) if missing else set()
 
 
-# What a fetch that failed leaves in the mirror: the part of a pack received before the connection broke
-# (index-pack keeps its tmp_pack_*), and, when the fetch timeout killed git, its locks (a stale lock refuses
-# every later fetch). Never part of the mirror's objects or refs; removed under the mirror's lock (no git of ours
-# runs in it then).
-_LEFT_BY_A_KILL = ("shallow.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "objects/pack/tmp_*",
-                   "objects/incoming-*", "refs/**/*.lock")
-
-
-def _remove_leftovers(repo: git.Repo) -> None:
-    for pattern in _LEFT_BY_A_KILL:
-        for path in Path(repo.git_dir).glob(pattern):
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-
-
-def _git_net(repo: git.Repo, args: Sequence[str], net: network.Settings, istream: BinaryIO | None = None) -> str:
-    """git that talks to the remote: git's HTTP stall timeout, and the fetch timeout for every protocol (a
-    `git://` or ssh server that accepts and never answers holds git forever); a timeout reads as git's `fatal:`."""
-    try:
-        return str(repo.git.execute(["git", "-C", repo.git_dir, *net.git_options(), *args], istream=istream,
-                                    kill_after_timeout=net.fetch_cap_s))
-    except git.GitCommandError as exc:
-        _remove_leftovers(repo)
-        if "did not complete in" in str(exc.stderr):
-            raise git.GitCommandError(exc.command, exc.status, f"fatal: no answer in {net.fetch_cap_s:g} s "
-                                      f"(the fetch timeout, {network.FETCH_TIMEOUT_ENV})") from None
-        raise
-
-
-def _fetch(repo: git.Repo, *args: str, net: network.Settings, stdin: Iterable[str] = (), blobs: bool = False) -> None:
-    """One fetch, tried again once when the connection broke mid-transfer (network.py says why that is safe)."""
-    cmd = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head",
-           "--recurse-submodules=no", "--no-filter" if blobs else "--filter=blob:none", *args]
-    lines = list(stdin)
-    for attempt in range(1, network.FETCH_ATTEMPTS + 1):
-        try:
-            if lines:
-                with tempfile.TemporaryFile() as fh:
-                    fh.write(("\n".join(lines) + "\n").encode())
-                    fh.seek(0)
-                    _git_net(repo, [*cmd, "--stdin"], net, istream=fh)
-            else:
-                _git_net(repo, cmd, net)
-            return
-        except git.GitCommandError as exc:
-            if attempt == network.FETCH_ATTEMPTS or not network.broken_transfer(str(exc.stderr)):
-                raise
-            log.warn(f"fetch from {repo.git.remote('get-url', 'origin')} broke ({_git_error(exc)}); trying once more")
-
-
 _H, _T, _P = "refs/build-kernel/heads/", "refs/build-kernel/tags/", "refs/build-kernel/pull/"
 _FALLBACK_REFS = {_H: ("refs/heads/", ""), _T: ("refs/tags/", ""), _P: ("refs/pull/", "/head")}
 
@@ -172,41 +111,26 @@ def _containing_ref(repo: git.Repo, sha: str) -> tuple[str, str] | None:
 
 def _tips(repo: git.Repo, sha: str, net: network.Settings) -> list[str]:
     """The refs of the server whose tip is `sha` (a branch, a tag, refs/pull/N/head)."""
-    advertised = _git_net(repo, ["ls-remote", "origin"], net)
+    advertised = transfer.git_net(repo, ["ls-remote", "origin"], net)
     return [line.split("\t")[1] for line in advertised.splitlines() if line.startswith(sha)]
-
-
-def fetch_error(what: str, where: str, exc: git.GitCommandError, config: str,
-                net: network.Settings = network.DEFAULT) -> FetchError:
-    """`cannot fetch WHAT from WHERE: git's line (what to do)`, the fix by what went wrong: the transfer broke
-    (nothing of it was kept), no answer in time, or (else) the URL, network or mirror."""
-    said = _git_error(exc)
-    if "(the fetch timeout" in said:
-        hint = f"the server accepted and never answered: check it and your network, or raise {network.FETCH_TIMEOUT_ENV}"
-    elif network.broken_transfer(said):
-        hint = (f"the connection broke {network.FETCH_ATTEMPTS} times mid-transfer, and no part of the transfer was "
-                "kept: run the same command again when the server is back")
-    else:
-        hint = f"check the URL, your network and {config}"
-    return FetchError(f"cannot fetch {what} from {where}: {said}", hint=hint)
 
 
 def _fetch_pin(repo: git.Repo, sha: str, where: str, config: str, net: network.Settings) -> None:
     """The commit alone if the server serves it by SHA; else the smallest set of refs that has it."""
     pin = f"+{sha}:{PIN_REF}{sha}"
     try:
-        _fetch(repo, "--depth=1", "origin", pin, net=net)
+        transfer.fetch(repo, "--depth=1", "origin", pin, net=net)
         return
     except git.GitCommandError as exc:
         if not _refused(exc):
-            raise fetch_error(sha, where, exc, config, net) from None
+            raise transfer.fetch_error(sha, where, exc, config, net) from None
     tips = _tips(repo, sha, net)
     if tips:  # the tip of some ref (a branch, a tag, refs/pull/N/head): that ref alone
-        _fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", net=net)
+        transfer.fetch(repo, "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", net=net)
         return
     for refspecs in ([f"+refs/heads/*:{_H}*", f"+refs/tags/*:{_T}*"], [f"+refs/pull/*/head:{_P}*"]):
         try:
-            _fetch(repo, _ALL_HISTORY, "origin", *refspecs, net=net)
+            transfer.fetch(repo, _ALL_HISTORY, "origin", *refspecs, net=net)
         except git.GitCommandError:
             continue  # e.g. a server with no pull-request refs at all
         if mirror.has_commit(repo, sha):
@@ -269,7 +193,7 @@ def _ensure_locked(repo: git.Repo, path: Path, url: str, rw: Rewrite, commit: st
                                       "([deps.NAME] path/repo for dependencies)")
         _ensure_blobs(repo, sha, paths, url, where, offline, net)
     except git.GitCommandError as exc:
-        raise fetch_error(commit, where, exc, config, net) from None
+        raise transfer.fetch_error(commit, where, exc, config, net) from None
     return path, sha
 
 
@@ -283,20 +207,20 @@ def _ensure_blobs(repo: git.Repo, sha: str, paths: Sequence[str], url: str, wher
         raise FetchError(f"{len(missing)} files of {sha[:12]} are not in the cached mirror of {url} and "
                          "--offline forbids fetching them", hint="run once without --offline")
     try:
-        _fetch(repo, "origin", stdin=sorted(missing), net=net)
+        transfer.fetch(repo, "origin", stdin=sorted(missing), net=net)
     except git.GitCommandError as exc:
         if not _refused(exc):
             raise
         # A server that serves no object by id: whole trees, through the ref the commit came by.
         tips = _tips(repo, sha, net)
         if tips:
-            _fetch(repo, "--refetch", "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", blobs=True, net=net)
+            transfer.fetch(repo, "--refetch", "--depth=1", "origin", f"+{tips[0]}:{PIN_REF}{sha}", blobs=True, net=net)
         else:
             ref = _containing_ref(repo, sha)
             if ref is None:
                 raise FetchError(f"{where} serves neither objects by id nor a ref at {sha[:12]}",
                                  hint="allow uploadpack.allowAnySHA1InWant on the server, or use a mirror that does") from None
-            _fetch(repo, "--refetch", "origin", f"+{ref[0]}:{ref[1]}", blobs=True, net=net)
+            transfer.fetch(repo, "--refetch", "origin", f"+{ref[0]}:{ref[1]}", blobs=True, net=net)
     still = _missing_blobs(repo, sha, paths)
     if still:
         raise FetchError(f"{where} did not send {len(still)} files of {sha[:12]} (e.g. {sorted(still)[0]})",
@@ -320,9 +244,9 @@ def fetch_objects(url: str, oids: Sequence[str], cache_dir: Path, *, offline: bo
                              "fetching them", hint="run once without --offline")
         try:
             repo.git.remote("set-url", "origin", rw.fetch_url)
-            _fetch(repo, "origin", stdin=missing, net=net)
+            transfer.fetch(repo, "origin", stdin=missing, net=net)
         except git.GitCommandError as exc:
-            raise FetchError(f"cannot fetch {len(missing)} objects from {_where(rw)}: {_git_error(exc)}",
+            raise FetchError(f"cannot fetch {len(missing)} objects from {_where(rw)}: {transfer.git_error(exc)}",
                              hint="the server must serve objects by id (uploadpack.allowFilter, "
                                   "uploadpack.allowAnySHA1InWant)") from None
 
@@ -354,9 +278,9 @@ def _resolve_floating(repo: git.Repo, ref: str, where: str, offline: bool, histo
     local = FLOATING_REF + ref
     if not offline:
         try:
-            _fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}", net=net)
+            transfer.fetch(repo, _ALL_HISTORY if history else "--depth=1", "origin", f"+{ref}:{local}", net=net)
         except git.GitCommandError as exc:
-            raise _floating_error(ref, where, _git_error(exc), config) from None
+            raise _floating_error(ref, where, transfer.git_error(exc), config) from None
     # An annotated tag names a tag object: the commit it points at is what gets checked out.
     sha = mirror.local(repo, "for-each-ref", "--format=%(objectname)", local).strip()
     if sha:
