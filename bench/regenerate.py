@@ -144,6 +144,8 @@ MEASURED = {
     "bench/code_health/results/error_sites.json": "python bench/code_health/error_sites.py (extra: bench)",
     "bench/code_health/results/mutation.json": "make mutate",
     "bench/arch_builds/results/arch-table.json": "python bench/arch_builds/arch_table.py (plans with this machine's nvcc)",
+    "bench/faults/results/network.json": "python bench/faults/network.py (git daemon, pypiserver, an HTTP index, here)",
+    "bench/faults/results/bad_input.json": "python bench/faults/bad_input.py --cases 10000 --seed 68",
     "bench/fa3_variants/results/fa3-variants-commands.json":
         "python bench/fa3_variants/compare_commands.py compare FULL.json PRUNED.json (digests of two configures)",
 }
