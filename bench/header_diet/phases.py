@@ -11,6 +11,7 @@ a .cu of only some headers) compile with the first TU's line and the first tree'
     python bench/header_diet/phases.py run <build>/cmake --tree v8=/tmp/src-v8 --tree v13=/tmp/src-v13 \
         --tu csrc/gemm/nvfp4_scaled_mm_kernels --out bench/header_diet/raw/<dir>
     python bench/header_diet/phases.py report bench/header_diet/raw/<dir> --out bench/header_diet/results/phases.json
+    python bench/header_diet/phases.py frontend <build>/cmake --tree /tmp/src-v13 --tu ... --all-families --out DIR
 """
 
 from __future__ import annotations
@@ -93,6 +94,32 @@ def run(args: argparse.Namespace) -> None:
     print(json.dumps(done, indent=1))
 
 
+def frontend(args: argparse.Namespace) -> None:
+    """Each TU of the tree through nvcc's front end alone (`--cuda`: the preprocessor and cudafe++, which checks
+    every name and instantiates every host template), with build.ninja's line; `--all-families` drops 0005's
+    pruning defines (SGL_KERNEL_ARCH_PRUNED, SGL_KERNEL_ARCHS, SGL_ARCH_*), so the SM90 and SM100 branches a
+    12.0a build leaves out are parsed too: a name the lean header lacks fails here without a 9.0a build."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for tu in args.tu:
+        nvcc, *flags = nvcc_command(args.cmake, args.target_dir, tu)
+        if args.all_families:
+            flags = [f for f in flags if not f.startswith(("-DSGL_KERNEL_ARCH_PRUNED", "-DSGL_KERNEL_ARCHS",
+                                                           "-DSGL_ARCH_"))]
+        name = Path(tu).name
+        ii = args.out / f"{name}.cu.cpp.ii"
+        cmd = ["/usr/bin/time", "-f", TIME_FORMAT, "-o", str(args.out / f"{name}.time"), "nice", "-n", str(args.nice),
+               nvcc, f"-I{args.tree / 'include'}", f"-I{args.tree / 'csrc'}", *flags, "--cuda", "-x", "cu",
+               str(args.tree / f"{tu}.cu"), "-o", str(ii)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        ii.unlink(missing_ok=True)
+        results.append({"tu": tu, "rc": proc.returncode, "errors": [line for line in proc.stderr.splitlines()
+                                                                     if "error" in line][:20]})
+        print(tu, proc.returncode, flush=True)
+    (args.out / "frontend.json").write_text(json.dumps({"all_families": args.all_families, "tus": results},
+                                                       indent=1) + "\n")
+
+
 def _phases(path: Path) -> dict[str, float]:
     """nvcc --time's CSV (`source file name , phase name , ... , metric , unit`: ms per phase), seconds by phase."""
     out: dict[str, float] = {}
@@ -160,11 +187,19 @@ def main() -> None:
     r.add_argument("--parallel", type=int, default=2)
     r.add_argument("--nice", type=int, default=10)
     r.add_argument("--out", type=Path, required=True)
+    f = sub.add_parser("frontend")
+    f.add_argument("cmake", type=Path, help="a configured build's cmake folder (build.ninja)")
+    f.add_argument("--target-dir", default="common_ops_sm100_build")
+    f.add_argument("--tree", type=Path, required=True, help="the patched sgl-kernel folder")
+    f.add_argument("--tu", action="append", required=True)
+    f.add_argument("--all-families", action="store_true", help="without 0005's pruning defines")
+    f.add_argument("--nice", type=int, default=10)
+    f.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("report")
     p.add_argument("raw", type=Path)
     p.add_argument("--out", type=Path, default=ROOT / "bench/header_diet/results/phases.json")
     args = parser.parse_args()
-    (run if args.cmd == "run" else report)(args)
+    {"run": run, "frontend": frontend, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":
