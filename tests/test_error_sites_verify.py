@@ -10,15 +10,19 @@ once per session by the demo_build fixture). Each failure is one line naming the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from build_kernel.archs import parse_arch_list
-from build_kernel.stages.verify import jit_cache, prune_proof
-from tests.conftest import DemoBuild
+from build_kernel.errors import VerifyError
+from build_kernel.stages.verify import installed, jit_cache, prune_proof
+from build_kernel.stages.verify.installed import stale
+from tests.conftest import DemoBuild, write_recipe, write_series
 
 ARCHS = parse_arch_list(["12.0a"])
 
@@ -74,3 +78,31 @@ def test_prune_proof_against_a_wheel_that_lacks_the_library(demo_build: DemoBuil
     proof = prune_proof.prove(demo_build.wheel, pure, (), env=dict(os.environ))
     assert f"minikernel/sm100/common_ops.so: not in the unpruned wheel {pure.name} (compare with a wheel of the same " \
            "commit and archs built without the arch-pruning patch)" in proof.failures
+
+
+# --- doctor --installed ------------------------------------------------------------------------
+
+def test_doctor_installed_with_a_recipe_that_verifies_nothing(project: Path) -> None:
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "noimports", f"""\
+        [source]
+        repo = "https://example.invalid/x.git"
+        commit = "{'a' * 40}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        """)
+    with pytest.raises(VerifyError) as info:
+        installed.examine(sys.executable, archs=None, env=dict(os.environ), recipe_name=str(path))
+    assert info.value.exit_code == 7
+    assert info.value.render() == (f"recipe {path} names no [verify] import_modules (give a recipe that verifies the "
+                                   "package to examine)")
+
+
+def test_doctor_installed_on_an_interpreter_that_lists_nothing() -> None:
+    true = shutil.which("true") or "/bin/true"
+    with pytest.raises(VerifyError) as info:
+        stale.scan(true, dict(os.environ), None)
+    assert info.value.render() == f"could not list the packages of {true}: ? (pass --python PATH of a working interpreter)"
