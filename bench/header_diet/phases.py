@@ -20,7 +20,10 @@ import argparse
 import csv
 import json
 import shlex
+import sqlite3
 import subprocess
+import tarfile
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME_FORMAT = "%e %U %S %M"  # wall s, user s, system s, peak RSS KiB
+DIETED = ("nvfp4_scaled_mm_kernels.cu", "nvfp4_blockwise_moe.cu", "fp8_gemm_kernel.cu", "fp8_blockwise_gemm_kernel.cu")
 
 
 def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
@@ -142,15 +146,34 @@ def _time(path: Path) -> dict[str, Any]:
             "cpu_s": round(float(user) + float(system), 1), "peak_rss_gb": round(int(rss) * 1024 / 1e9, 2)}
 
 
+def _recorder_rows(pack: Path, key: str) -> dict[str, dict[str, float]]:
+    """The dieted TUs' compiles in a build_one.sh pack's recorder rows, of the build folder `key` only (the cache's
+    SQLite holds every build that used it)."""
+    with tarfile.open(pack) as tar:
+        db = next(tar.extractfile(m) for m in tar.getmembers() if m.name.endswith("/profile.sqlite"))
+        data = db.read() if db else b""
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
+        f.write(data)
+        f.flush()
+        conn = sqlite3.connect(f.name)
+        rows = conn.execute("SELECT source, cpu_s, wall_s, tree_peak_mb, cwd FROM compiles ORDER BY at").fetchall()
+        conn.close()
+    return {Path(source).stem: {"cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "peak_gb": round(peak / 1024, 2)}
+            for source, cpu, wall, peak, cwd in rows if f"/{key}/" in f"{cwd}/" and source.endswith(DIETED)}
+
+
 def report(args: argparse.Namespace) -> None:
     # Each compile's .time file is its record (a run stopped midway keeps those it finished); an unfinished
     # compile's (an empty .time) is left out.
     files: dict[str, dict[str, Any]] = {}
-    for path in sorted(args.raw.glob("*.time")):
-        if path.read_text().strip():
-            files[path.stem] = _time(path)
+    for folder in [args.raw, *args.more]:  # a later run's folder (a repeat) names its compiles `<name>#<n>`
+        for path in sorted(folder.glob("*.time")):
+            if not path.read_text().strip():
+                continue
+            name = path.stem if folder == args.raw else f"{path.stem}#{[args.raw, *args.more].index(folder) + 1}"
+            files[name] = _time(path)
             if path.with_suffix(".csv").is_file():
-                files[path.stem]["phases_s"] = _phases(path.with_suffix(".csv"))
+                files[name]["phases_s"] = _phases(path.with_suffix(".csv"))
     labels = sorted({n.split("__")[0] for n in files if not n.startswith("probe__")})
     tus = sorted({n.split("__")[1] for n in files if not n.startswith("probe__")})
     pairs: dict[str, Any] = {}
@@ -165,8 +188,18 @@ def report(args: argparse.Namespace) -> None:
         total = [sum(p["cpu_s"][i] for p in pairs.values()) for i in (0, 1)]
         pairs["all"] = {"cpu_s": [round(total[0], 1), round(total[1], 1)],
                         "saved_cpu_s": round(total[0] - total[1], 1)}
-    out = {"issue": 71, "what": (__doc__ or "").splitlines()[0],
-           "raw": str(args.raw.resolve().relative_to(ROOT)), "files": files, "pairs": pairs}
+    out: dict[str, Any] = {"issue": 71, "what": (__doc__ or "").splitlines()[0],
+                           "raw": [str(r.resolve().relative_to(ROOT)) for r in [args.raw, *args.more]], "files": files, "pairs": pairs}
+    if args.baseline_pack:
+        # v8's own build (the recorder's rows of its build folder), against each v13 compile of the same TU here
+        base = _recorder_rows(args.baseline_pack, args.baseline_key)
+        out["v8_build"] = {"raw": str(args.baseline_pack.resolve().relative_to(ROOT)), "tus": base}
+        def v13(tu: str, figure: str) -> list[float]:  # each finished v13 compile of `tu`, the repeats too
+            return [f[figure] for n, f in sorted(files.items())
+                    if n.startswith("v13__") and n.split("#")[0].endswith(f"__{tu}") and f["rc"] == 0]
+        out["against_v8_build"] = {tu: {"cpu_s": [base[tu]["cpu_s"], *v13(tu, "cpu_s")],
+                                        "peak_rss_gb": [base[tu]["peak_gb"], *v13(tu, "peak_rss_gb")]}
+                                   for tu in sorted(base)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(pairs, indent=1))
@@ -197,6 +230,9 @@ def main() -> None:
     f.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("report")
     p.add_argument("raw", type=Path)
+    p.add_argument("--more", action="append", type=Path, default=[], help="another run's folder (a repeat)")
+    p.add_argument("--baseline-pack", type=Path, help="v8's build_one.sh pack: its own compiles of the dieted TUs")
+    p.add_argument("--baseline-key", default="", help="that build's folder name (its key) in the recorder rows")
     p.add_argument("--out", type=Path, default=ROOT / "bench/header_diet/results/phases.json")
     args = parser.parse_args()
     {"run": run, "frontend": frontend, "report": report}[args.cmd](args)
