@@ -100,7 +100,7 @@ def main() -> None:
     both = [s for s in DIETED if s in v8["dieted"] and s in v13["dieted"]]
     control = round(v13["others_cpu_s"] / v8["others_cpu_s"], 3)
     dieted = [sum(b["dieted"][s]["cpu_s"] for s in both) for b in (v8, v13)]
-    out = {
+    out: dict[str, Any] = {
         "issue": 71, "what": (__doc__ or "").splitlines()[0],
         "v8": v8, "v13": v13,
         "v13_over_v8": {

@@ -192,14 +192,14 @@ def report(args: argparse.Namespace) -> None:
                            "raw": [str(r.resolve().relative_to(ROOT)) for r in [args.raw, *args.more]], "files": files, "pairs": pairs}
     if args.baseline_pack:
         # v8's own build (the recorder's rows of its build folder), against each v13 compile of the same TU here
-        base = _recorder_rows(args.baseline_pack, args.baseline_key)
-        out["v8_build"] = {"raw": str(args.baseline_pack.resolve().relative_to(ROOT)), "tus": base}
+        v8_rows = _recorder_rows(args.baseline_pack, args.baseline_key)
+        out["v8_build"] = {"raw": str(args.baseline_pack.resolve().relative_to(ROOT)), "tus": v8_rows}
         def v13(tu: str, figure: str) -> list[float]:  # each finished v13 compile of `tu`, the repeats too
             return [f[figure] for n, f in sorted(files.items())
                     if n.startswith("v13__") and n.split("#")[0].endswith(f"__{tu}") and f["rc"] == 0]
-        out["against_v8_build"] = {tu: {"cpu_s": [base[tu]["cpu_s"], *v13(tu, "cpu_s")],
-                                        "peak_rss_gb": [base[tu]["peak_gb"], *v13(tu, "peak_rss_gb")]}
-                                   for tu in sorted(base)}
+        out["against_v8_build"] = {tu: {"cpu_s": [v8_rows[tu]["cpu_s"], *v13(tu, "cpu_s")],
+                                        "peak_rss_gb": [v8_rows[tu]["peak_gb"], *v13(tu, "peak_rss_gb")]}
+                                   for tu in sorted(v8_rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(pairs, indent=1))
