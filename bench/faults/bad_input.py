@@ -262,6 +262,8 @@ ENV_WORDS = {"ARCH": ARCH_WORDS, "TORCH_CUDA_ARCH_LIST": ARCH_WORDS, "MAX_JOBS":
              "BUILD_KERNEL_COMPILE_CACHE": ["none", "ccache", "sccache", "x", ""],
              "BUILD_KERNEL_SCHEDULER": ["auto", "static", "governor", "x", ""],
              "BUILD_KERNEL_CACHE_URL": ["redis://h:1", "s3://b", "x", "", "redis://"]}
+# A word of a command line: no NUL (execve cannot pass one; only an in-process runner could).
+_WORD = _TEXT.map(lambda t: t.replace("\0", ""))
 _DEAD_WHEEL = ["missing.whl", "garbage.whl", "notes.txt", "", ".", "wheels"]
 
 
@@ -272,7 +274,7 @@ def argv_case(draw: st.DrawFn) -> Case:
     words: list[str] = []
     for param in draw(st.lists(st.sampled_from(params), max_size=5)):
         if param.param_type_name == "argument":
-            words.append(draw(st.sampled_from(_DEAD_WHEEL) | _TEXT))
+            words.append(draw(st.sampled_from(_DEAD_WHEEL) | _WORD))
             continue
         if "--debug" in param.opts:  # asks for the traceback: not a case of bad input
             continue
@@ -280,13 +282,13 @@ def argv_case(draw: st.DrawFn) -> Case:
         if param.is_flag:
             words.append(opt)
             continue
-        value = draw(st.sampled_from(OPTION_WORDS.get(param.opts[0], ["x", "", "-", "--"])) | _TEXT)
+        value = draw(st.sampled_from(OPTION_WORDS.get(param.opts[0], ["x", "", "-", "--"])) | _WORD)
         words += draw(st.sampled_from([[opt, value], [f"{opt}={value}"], [opt]]))
     if draw(st.integers(0, 4)) == 0:  # a word the CLI does not know
         words.insert(draw(st.integers(0, len(words))), draw(st.sampled_from(["--archs", "-x", "--", "bogus", "--json=1"])
-                                                             | _TEXT))
+                                                             | _WORD))
     argv = [*path, *words]
-    env = {k: draw(st.sampled_from(ENV_WORDS.get(k, ["x"])) | _TEXT.map(lambda t: t.replace("\0", "")))
+    env = {k: draw(st.sampled_from(ENV_WORDS.get(k, ["x"])) | _WORD)
            for k in draw(st.lists(st.sampled_from(sorted(ENV_WORDS)), max_size=2, unique=True))}
     if not path:  # the pipeline itself only as a dry run (a plan, nothing built)
         argv.append("--dry-run")
@@ -401,6 +403,7 @@ def main() -> int:
     codes: Counter[int] = Counter()
     tracebacks: list[dict[str, Any]] = []
     unnamed: Counter[str] = Counter()
+    unnamed_example: dict[str, dict[str, Any]] = {}
     max_lines, lines_per_problem = 0, 0
     with scratch() as root:
         for i, case in enumerate(examples(CASES, args.cases, args.seed)):
@@ -417,6 +420,7 @@ def main() -> int:
                     lines_per_problem = max(lines_per_problem, line.count("\n") + 1)
                 for line in out.unnamed:
                     unnamed[template(line, root)] += 1
+                    unnamed_example.setdefault(template(line, root), {"argv": out.argv, "env": case.env})
             if (i + 1) % 500 == 0:
                 print(f"{i + 1} cases: {dict(verdicts)}", file=sys.stderr, flush=True)
     result = {
@@ -428,7 +432,8 @@ def main() -> int:
         "rejection_lines_naming_no_key_or_fix": sum(unnamed.values()),
         "distinct_messages": len(messages),
         "messages": [{"message": m, "count": c} for m, c in sorted(messages.items(), key=lambda x: (-x[1], x[0]))],
-        "unnamed": [{"message": m, "count": c} for m, c in sorted(unnamed.items(), key=lambda x: (-x[1], x[0]))],
+        "unnamed": [{"message": m, "count": c, "e.g.": unnamed_example[m]}
+                    for m, c in sorted(unnamed.items(), key=lambda x: (-x[1], x[0]))],
         "traceback_cases": tracebacks[:20],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
