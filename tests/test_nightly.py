@@ -331,3 +331,20 @@ def test_the_record_check_names_each_departure() -> None:
     assert record.check(bad) == ["upstream.commits_since: bool where int is expected", "series.retired[0]: int where "
                                  "str is expected", "tests.per_file.t.py.failed: missing",
                                  "tests.per_file.t.py.skipped: missing", "logs: missing"]
+
+
+def test_a_tag_pattern_follows_the_newest_release(tmp_path: Path) -> None:
+    """`--upstream 'v0.4.*'`: the newest matching tag by PEP 440 (v0.4.10 after v0.4.9), read by `git ls-remote`."""
+    from build_kernel import recipe as recipes
+    from build_kernel.errors import FetchError
+    from build_kernel.nightly import upstream
+    from build_kernel.plan import resolve
+
+    repo_dir = tmp_path / "tags"
+    for tag in ("v0.4.9", "v0.4.10", "v0.4.2", "v0.5.0", "v0.4.x"):
+        commit_files(repo_dir, {"VERSION": tag}, tag)
+        git.Repo(repo_dir).create_tag(tag)
+    plan = resolve(recipes.load("demo-cppext"), env={"PATH": os.environ["PATH"]}, cache_dir=tmp_path / "cache")
+    assert upstream.newest_tag(plan, "v0.4.*", str(repo_dir)) == "v0.4.10"
+    with pytest.raises(FetchError, match=r"no tag of .* matches 'v9\.\*' \(5 tag\(s\) there\)"):
+        upstream.newest_tag(plan, "v9.*", str(repo_dir))
