@@ -150,3 +150,20 @@ def test_a_copy_that_fills_its_destination_names_the_destination(tmp_path: Path,
     full = disk_space.disk_full(raised.value, needs, "the build stage")
     assert full is not None and full.message.startswith(f"no space left in {out} (the output folder)")
     assert list(out.iterdir()) == []  # nothing half-written
+
+
+def test_a_failure_that_leaves_a_folder_of_the_plan_full_is_the_full_disk(tmp_path: Path,
+                                                                         small_disk: Callable[..., Path]) -> None:
+    """nvcc in a full TMPDIR says only `Could not open output file` (a read-only folder says the same): with that
+    folder next to full (under 256 kB free), the failure is reported as the full folder; with room, as itself."""
+    from build_kernel.errors import ToolchainError
+
+    tmp = small_disk(tmp_path / "tmp", "64k")
+    error = ToolchainError(f"nvcc rejects host compiler /usr/bin/g++: nvcc fatal   : Could not open output file "
+                           f"'{tmp}/tmpxft_00003dd7_0000000a'", hint="install a supported gcc and set CXX / CUDAHOSTCXX")
+    roomy = disk_space.Need("cache", tmp_path, 1_000_000, "c", "-")
+    full = disk_space.disk_full(error, [roomy, disk_space.Need("temporary", tmp, 16_000_000, "t", "set TMPDIR")],
+                                "the build stage")
+    assert full is not None and full.message.startswith(f"no space left in {tmp} (the temporary folder) during the "
+                                                        "build stage: about 16.0 MB needed there (t), ")
+    assert disk_space.disk_full(error, [roomy], "the build stage") is None
