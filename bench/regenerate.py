@@ -114,6 +114,8 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                                  *(f"{wheel}-{side}-{n}.json" for side in ("baseline", "ours") for n in (1, 2))))]),
     # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh).
     "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py", ["bench/nightly/raw/local-2c-2026-12-07"]),
+    # Reproducible wheels: pairs of builds in two folders with two caches (issue 68 item 6).
+    "bench/faults/results/reproducible.json": ("bench/faults/reproducible.py", ["report", "bench/faults/raw/reproducible"]),
 }
 
 # Each study's picture -> the script that draws it (from the raw packs or results above); byte-stable SVG.
