@@ -151,6 +151,8 @@ def _rebuild(opts: Options, wheel: Path | None, folder: Path | None) -> None:
         table.add_row("(all)", styled(f"identical: {result.rebuilt.name} rebuilt in {result.folder}", "green"), "-")
     emit(opts, result.to_dict(), table)
     rebuild.clean(result)
+    if not result.identical and opts.json:
+        sys.exit(VerifyError.exit_code)  # the one JSON document says it (`identical`, `differences`)
     if not result.identical:
         raise VerifyError(f"{wheel.name} is not reproduced: {len(result.differences)} member(s) differ from the "
                           f"rebuild {result.rebuilt}",
