@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, ToolchainError
 from build_kernel.stages.builder import backends, cudawheels, devrelease
@@ -72,3 +73,14 @@ def test_a_nightly_of_a_version_that_is_not_pep440() -> None:
         devrelease.stamp("0.4-final-build", "20261207")
     assert info.value.render() == ("the package's version '0.4-final-build' is not PEP 440, so nights cannot sort by "
                                    "it (build a commit whose version is PEP 440 (e.g. 0.4.3))")
+
+
+def test_the_preflight_names_a_missing_torch_and_cmake() -> None:
+    facts = Facts(python="/srv/env/bin/python", python_version="3.12", nvcc="/usr/local/cuda/bin/nvcc",
+                  nvcc_version="13.0", ninja="/usr/bin/ninja", ninja_version="1.11")
+    problems = toolchain.preflight(facts, parse_arch_list(["12.0a"]), cmake_spec=">=3.26", want_cuda="13.0")
+    assert problems == ["torch is not importable by /srv/env/bin/python: install the recipe's torch there or set "
+                        "[toolchain] torch", "cmake not found: pip install cmake (or put cmake >= 3.26 on PATH)"]
+    with pytest.raises(ToolchainError) as info:
+        toolchain.require(problems)
+    assert info.value.exit_code == 3 and info.value.render() == "; ".join(problems)

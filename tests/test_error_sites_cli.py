@@ -37,6 +37,8 @@ USAGE = [
     (["serve", "--recipe", "demo", "--wheelhouse", "."], "--wheelhouse goes with --install"),
     (["serve", "--recipe", "demo", "--check", "curl localhost"],
      "--check goes with --launch or --bench (it needs a live server)"),
+    (["nightly", "--recipe", "demo", "--night", "2026/12/07"],
+     "--night '2026/12/07' is not a date: write YYYY-MM-DD, e.g. --night 2026-12-07"),
     (["jit-prewarm", "--recipe", "demo"],
      'the recipe demo has no [serve] jit_prewarm (e.g. jit_prewarm = ["sglang.jit_kernel.nvfp4"])'),
 ]

@@ -1,4 +1,4 @@
-"""Fetch errors no other test reached (bench/code_health/error_sites.py, issue 68 item 1).
+"""Fetch (and patch) errors no other test reached (bench/code_health/error_sites.py, issue 68 item 1).
 
 Real git repositories made by the test, fetched into a real mirror by the real `remote.ensure_commit`; the
 tag/branch resolution asks the real `git ls-remote`. Each error one line naming the problem and the fix, a
@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import network
 from build_kernel import plan as plan_mod
-from build_kernel.errors import FetchError
+from build_kernel.errors import FetchError, PatchError, RecipeError
 from build_kernel.recipe.load import load
 from build_kernel.stages.fetch import mirror, pins, remote
+from build_kernel.stages.patch import apply
 from tests.conftest import write_recipe, write_series
 
 
@@ -53,3 +55,23 @@ def test_a_tag_that_the_repository_does_not_have(project: Path, tmp_path: Path,
         pins.remote_commit(plan, "deps.dep", "tag", str(repo), "v9.9.9")
     assert info.value.render() == (f"[deps.dep] tag 'v9.9.9' is neither a branch nor a tag of {repo} (check "
                                    f"[deps.dep] tag (`git ls-remote {repo}` lists them))")
+
+
+def test_a_network_timeout_that_is_no_number() -> None:
+    with pytest.raises(RecipeError) as info:
+        network.settings({network.FETCH_TIMEOUT_ENV: "ten"})
+    assert info.value.exit_code == 2
+    [line] = info.value.problems
+    assert line.startswith(f"environment {network.FETCH_TIMEOUT_ENV}='ten': not a number of seconds (set a number "
+                           f"above 0, e.g. {network.FETCH_TIMEOUT_ENV}=")
+    assert line.endswith(", or unset it)")
+
+
+def test_a_patch_that_is_no_unified_diff(tmp_path: Path) -> None:
+    patch = tmp_path / "0001-broken.patch"
+    patch.write_text("--- a/x.c\n+++ b/x.c\n@@ -1,3 +1,3 @@\n-only one line\n")
+    with pytest.raises(PatchError) as info:
+        apply.read_diff(patch)
+    assert info.value.exit_code == 5
+    assert info.value.message.startswith("0001-broken.patch is not a valid unified diff: ")
+    assert info.value.hint == f"regenerate it (git diff, or build-kernel patch refresh) and relock: build-kernel patch lock {tmp_path}"
