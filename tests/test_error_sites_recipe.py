@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import fa3_variants
 from build_kernel.errors import RecipeError
 from build_kernel.recipe.load import load
 from tests.conftest import run_cli, write_recipe, write_series
@@ -167,3 +168,16 @@ def test_recipe_file_shape_errors(recipes: Path, tmp_path: Path) -> None:
         f"{path}:1: sourec: unknown key (did you mean 'source'?)",
         f"{path}:2: deps: must be a table, not 3 (write [deps.NAME] and key = value lines below it)",
     ]
+
+
+def test_fa3_from_the_model_without_a_model_or_with_a_broken_config(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as info:
+        fa3_variants.resolve("model", head_dims=(), dtypes=(), softcap=False, model="", serve_args=(), env={})
+    assert info.value.problems == ['build.fa3 = "model" needs [serve] model (a folder or a Hugging Face id); or set '
+                                   'fa3 = "listed" with fa3_head_dims']
+    (tmp_path / "config.json").write_text("{ truncated")
+    with pytest.raises(RecipeError) as info:
+        fa3_variants.resolve("model", head_dims=(), dtypes=(), softcap=False, model=str(tmp_path), serve_args=(), env={})
+    [line] = info.value.problems
+    assert line.startswith(f'build.fa3 = "model": {tmp_path / "config.json"} is no JSON config (')
+    assert line.endswith('); fetch it again, or set fa3 = "listed" with fa3_head_dims')
