@@ -247,6 +247,7 @@ def main() -> int:
     ap.add_argument("--save-data", type=Path, help="keep the combined .coverage file here (for --data)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--json", action="store_true", help="print the JSON result instead of the tables")
+    ap.add_argument("--note", default="", help="what the data rests on (with --data: which runs, which tests)")
     args = ap.parse_args()
     need("coverage", extra="bench", why="it counts the error sites the tests reach from coverage's data")
 
@@ -264,7 +265,7 @@ def main() -> int:
     changed = sorted(p.relative_to(PKG).as_posix() for p, b in sources.items() if not p.is_file() or p.read_bytes() != b)
     unreached = [s for s in sites if not s.reached]
     result: dict[str, Any] = {
-        "markers": None if args.data else args.markers, "tests": args.tests or None,
+        "markers": None if args.data else args.markers, "tests": args.tests or None, "note": args.note,
         "data": [str(d) for d in args.data] if args.data else None,
         "pytest_exit": pytest_exit, "branch_data": arcs, "changed_during_run": changed,
         "total": len(sites), "reached": len(sites) - len(unreached),
