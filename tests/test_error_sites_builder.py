@@ -14,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import plan as plan_mod
 from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, ToolchainError
-from build_kernel.stages.builder import backends, cudawheels, devrelease
+from build_kernel.recipe.load import load
+from build_kernel.stages.builder import backends, cudawheels, devrelease, wheelpins
+from build_kernel.stages.fetch import pins
 from build_kernel.toolchain import Facts
+from tests.conftest import write_recipe, write_series
 
 
 def test_setuptools_version_file_without_a_version_line(tmp_path: Path) -> None:
@@ -84,3 +88,38 @@ def test_the_preflight_names_a_missing_torch_and_cmake() -> None:
     with pytest.raises(ToolchainError) as info:
         toolchain.require(problems)
     assert info.value.exit_code == 3 and info.value.render() == "; ".join(problems)
+
+
+def test_a_nightly_torch_offline_or_from_an_index_without_nights(project: Path, tmp_path: Path) -> None:
+    """The index is a real PEP 503 folder read through file:// (what a mirror of the nightly index is)."""
+    index = tmp_path / "index"
+    (index / "torch").mkdir(parents=True)
+    (index / "torch" / "index.html").write_text(
+        '<a href="torch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=00">torch-2.9.1</a>\n')
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "n", f"""\
+        [source]
+        repo = "https://example.invalid/x.git"
+        commit = "{'a' * 40}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        [toolchain]
+        torch = "nightly"
+        torch_index = "{index.as_uri()}/"
+        """)
+    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path)}, cache_dir=tmp_path / "cache",
+                            output_dir=tmp_path / "out")
+    pin = wheelpins.WheelPin("toolchain.torch", "torch", "nightly", f"{index.as_uri()}/", f"{index.as_uri()}/")
+    with pytest.raises(ToolchainError) as info:
+        wheelpins.newest(plan, pin, offline=True)
+    assert info.value.render() == (
+        f"[toolchain.torch] torch = \"nightly\" is not in {pins.lock_path(plan)} and --offline forbids asking "
+        f"{index.as_uri()}/ for the newest (run `build-kernel lock --recipe {path}` once with the network, which "
+        "locks it)")
+    with pytest.raises(ToolchainError) as info:
+        wheelpins.newest(plan, pin, offline=False)
+    assert info.value.message.startswith(f"[toolchain.torch] torch = \"nightly\": {index.as_uri()}/ lists no "
+                                         "development release of torch for this Python and platform (")

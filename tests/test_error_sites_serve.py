@@ -38,6 +38,7 @@ from build_kernel.stages.serve import (
     launch,
     preflight,
     sglang_dist,
+    unit,
     wheelhouse,
 )
 from tests import test_error_sites_publish as publish_sites
@@ -256,3 +257,13 @@ def test_the_flag_parser_could_not_import_sglang_or_met_an_unknown_flag() -> Non
         flags._outcome("/srv/env/bin/python", {"error": "", "sglang": "0.5.9", "unknown": {"--tp-sise": []}})
     assert info.value.render() == ("sglang 0.5.9 has no flag --tp-sise (see `/srv/env/bin/python -m "
                                    "sglang.launch_server --help`)")
+
+
+def test_a_unit_systemd_analyze_cannot_rate() -> None:
+    """The real systemd-analyze security on a unit it refuses (no ExecStart=): no exposure level to read."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("no systemd-analyze here (apt install systemd)")
+    with pytest.raises(ServeError) as info:
+        unit.exposure("[Unit]\nDescription=broken\n", "bk-broken", dict(os.environ))
+    assert info.value.message.startswith("systemd-analyze security gave no exposure level: ")
+    assert info.value.hint == "check the unit with systemd-analyze security --offline=yes FILE"
