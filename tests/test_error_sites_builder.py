@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import lock, toolchain
 from build_kernel import plan as plan_mod
-from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, ToolchainError
 from build_kernel.recipe.load import load
@@ -123,3 +123,10 @@ def test_a_nightly_torch_offline_or_from_an_index_without_nights(project: Path, 
         wheelpins.newest(plan, pin, offline=False)
     assert info.value.message.startswith(f"[toolchain.torch] torch = \"nightly\": {index.as_uri()}/ lists no "
                                          "development release of torch for this Python and platform (")
+    # `build-kernel lock` asks the same index: nothing to lock, nothing written
+    with pytest.raises(ToolchainError) as info:
+        lock._wheel(plan, pin, upgrade=False)
+    assert info.value.message.startswith(f"[toolchain.torch] torch = \"nightly\": {index.as_uri()}/ lists no "
+                                         "development release of torch for ")
+    assert info.value.message.endswith("; nothing written")
+    assert not pins.lock_path(plan).exists()
