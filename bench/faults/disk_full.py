@@ -173,7 +173,7 @@ def report(raw: Path, out: Path) -> None:
     rows.sort(key=lambda r: [c[0] for c in CASES].index(r["stage"]) * 10 + list(FOLDERS).index(r["folder"]))
     cases = [{"stage": r["stage"], "folder": r["folder"], "exit": r["exit"],
               "error": r["error_lines"][-1] if r["error_lines"] else "", "one_line": r["error_line_count"] == 1,
-              "names_the_folder": any(r["path"] in e for e in r["error_lines"]),
+              "names_the_folder": any(f"/{r['stage']}-{r['folder']}/{r['path']} " in e for e in r["error_lines"]),
               "leftovers": r["leftovers"], "rerun_exit": r["rerun_exit"], "rerun_leftovers": r["rerun_leftovers"]}
              for r in rows]
     result = {
