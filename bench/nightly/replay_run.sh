@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The replay's raw output: `build-kernel nightly-replay` over sgl-kernel 0.3.21 -> 0.4.3 (upstream 6ffc74ef ->
+# The replay's raw output: `build-kernel nightly --replay` over sgl-kernel 0.3.21 -> 0.4.3 (upstream 6ffc74ef ->
 # 0753182b, the real sglang history), its records and log as they come, into OUT (default raw/local-2c-<date>).
 #
 #   SNAPSHOT=/work/.mirror/ai-blaise+optimization-playground/repo bash bench/nightly/replay_run.sh
@@ -20,6 +20,6 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 { nproc; date -u; uptime; git -C "$REPO" rev-parse HEAD; echo "range=$RANGE recipe=nightly-cu130"
   echo "series versions: $(ls "$REPO/patches/sm120" | tr "\n" " ")"; } > "$OUT/host.txt"
 start=$(date +%s)
-"${PYTHON:-python3}" -m build_kernel --json nightly-replay --recipe nightly-cu130 --state-dir "$OUT" "$RANGE" \
+"${PYTHON:-python3}" -m build_kernel --json nightly --replay "$RANGE" --recipe nightly-cu130 --state-dir "$OUT" \
     > "$OUT/replay.stdout.json" 2> "$OUT/replay.err"
 echo "wall_s=$(( $(date +%s) - start ))" >> "$OUT/host.txt"

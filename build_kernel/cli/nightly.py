@@ -40,10 +40,13 @@ def _night(value: str | None) -> str | None:
 @click.option("--at", "when", default="02:30", show_default=True, metavar="HH:MM",
               help="With --install-timer or --cron: the time of night.")
 @click.option("--cron", is_flag=True, help="Print a crontab line for hosts without systemd, instead of a night.")
+@click.option("--replay", "span", metavar="A..B", help="Instead of tonight: the nights of the past upstream range "
+                                                       "A..B, one per day that touched the package (plan, series, "
+                                                       "conflict or retirement, lock; nothing built), as nightly-replay.")
 @click.pass_context
 def nightly_cmd(click_ctx: click.Context, ref: str | None, state_dir: Path | None, keep: int, to: str | None,
                 night: str | None, dry_run: bool, install_timer: bool, user_scope: bool, unit_dir: Path | None,
-                when: str, cron: bool) -> None:
+                when: str, cron: bool, span: str | None) -> None:
     """One night of the recipe: upstream's branch resolved, the newest series version that applies (or the
     conflicting patch, hunk and first bad commit), nightly pins moved, built, verified, tested where a GPU is,
     published with install-back, one record per night and the morning report. Exit 0: a new wheel or nothing
@@ -74,6 +77,15 @@ def nightly_cmd(click_ctx: click.Context, ref: str | None, state_dir: Path | Non
                 "verified": verified, "enable": units.enable(), "journal": units.journal()}
         emit(opts, said, "\n".join([f"wrote {said['units'][0]}", f"wrote {said['units'][1]}", verified,
                                     f"enable: {said['enable']}", f"log:    {said['journal']}"]))
+        return
+    if span is not None:
+        from build_kernel.nightly import replay
+
+        start, end = replay.parse_range(span)  # a bad range is said before the plan is made
+        p = opts.plan()
+        folder = (state_dir or state.default_dir(p.recipe.name, opts.env)).absolute()
+        records = replay.replay(p, start, end, folder, offline=opts.offline)
+        emit(opts, records, replay.lines(records))
         return
     p = opts.plan()
     folder = (state_dir or state.default_dir(p.recipe.name, opts.env)).absolute()

@@ -1,18 +1,20 @@
 """Replay: the nights of a past upstream range, one after the other, without waiting for a clock.
 
-    build-kernel nightly-replay --recipe R --state-dir D A..B
+    build-kernel nightly --replay A..B --recipe R --state-dir D     (or: build-kernel nightly-replay ... A..B)
 
 The nights are A itself, then for each day the last first-parent commit of upstream that touched the
 package's folder (what a nightly at midnight would have found), B last. Each night, as a real night would:
   plan      the package version at that commit, the recipe's archs;
-  series    the newest version of the recipe's series that applies whole there (versions carrying a patch the
-            recipe lists in [patches.omitted] are not candidates), checked with patch health's own per-commit
-            machinery (health._Tree: the package's files at that commit, every patch on a private index);
+  series    the newest version of the recipe's series that applies whole there and is no silent downgrade (an
+            older version than the last good night's only where every patch it lacks is retired), checked with
+            patch health's own per-commit machinery (health._Tree: the package's files at that commit, every patch
+            on a private index); the versions are those in patches/ when the replay starts (one added while it
+            runs does not change its later nights);
   conflict  none applying: the last good night's series' first patch that does not apply, its hunk, and the first
             upstream commit from which it does not (bisected over the first-parent commits that touch the package
             between the last good night and this one);
-  retired   patches of the last good series upstream made unnecessary: its reverse applies, their Applied-Upstream
-            commit is now in the history, or the version chosen tonight no longer carries them;
+  retired   patches of the last good night's series and of the recipe's own version upstream made unnecessary: their
+            reverse applies, or their Applied-Upstream commit is now in the history;
   lock      the torch / flashinfer / kernel pins of sglang's python/pyproject.toml at that commit, and what moved.
 Each night is written as a record of the nightly contract (`<state>/nights/<YYYYMMDD>-<commit12>.json`), outcome
 `unchanged` with the reason `replay: planned, not built` unless a build is given for it (`builds`), and the
@@ -105,10 +107,11 @@ def _plan_with(plan: Plan, version: str) -> Plan | str:
         return exc.render().splitlines()[0]
 
 
-def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool) -> dict[str, list[str]]:
+def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool,
+                 candidates: list[Series]) -> dict[str, list[str]]:
     """`patch health --series <every version>` over the range (the library call the command makes): commit ->
     the versions that apply whole there, at each commit that changed the package version."""
-    others = tuple(s for s in series_choice.versions(plan) if s.name != plan.series.name)
+    others = tuple(s for s in candidates if s.name != plan.series.name)
     since = rev_parse(mirror, f"{start}^", plan.env)  # None: the range starts at upstream's first commit
     walked = health.walk(plan, since=since, until=end, offline=offline, also=others)
     return {row.commit: [c.name for c in row.compared if c.applies] for row in walked.rows}
@@ -126,7 +129,9 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     start_sha = rev_parse(mirror, start, plan.env) or get(start, (pyproject,), floating=True)[1]
     end_sha = rev_parse(mirror, end_sha, plan.env) or end_sha
     # First: the walk fetches the range's history when the mirror has a pin alone (a shallow fetch).
-    rows = _health_rows(plan, mirror, start_sha, end_sha, offline)
+    candidates = series_choice.versions(plan)  # fixed here: a version added to patches/ mid-run changes nothing
+    log.info(f"series versions: {', '.join(s.directory.name for s in candidates)}")
+    rows = _health_rows(plan, mirror, start_sha, end_sha, offline, candidates)
     nights = nights_of(mirror, start_sha, end_sha, src.subdir, plan.env)
     records, details = [], []
     # Beside the choice: which of the recipe's own patches upstream has (Applied-Upstream in the night's history),
@@ -140,14 +145,17 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
             reference = good[1] if good else plan.series
             choice = series_choice.choose(plan, night.commit, reference=reference, good=good[0] if good else None,
-                                          offline=offline)
+                                          offline=offline, candidates=candidates)
             chosen = choice.chosen
             planned = _plan_with(plan, chosen.directory.name) if chosen else None
             # patch check --commit of the chosen version (its own checkout): every patch applies there.
             checked = (all(s.state in _WHOLE for s in check.check(planned, commit=night.commit, offline=offline))
                        if isinstance(planned, Plan) else None)
             at_row = rows.get(night.commit)
-            newest = next((n for n in [s.name for s in series_choice.versions(plan)] if n in (at_row or [])), None)
+            newest = next((n for n in [s.name for s in candidates] if n in (at_row or [])), None)
+            # What the choice should be by health's verdict: its newest applying version that is no silent downgrade.
+            allowed = next((s.name for s in candidates if s.name in (at_row or [])
+                            and s.directory.name not in choice.downgrades), None)
             pins = _pins(mirror, night.commit, get, plan.env)
             changes = [{"pin": k, "from": (pins_before or {}).get(k), "to": v} for k, v in sorted(pins.items())
                        if pins_before is not None and pins_before.get(k) != v]
@@ -157,8 +165,10 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
             built = (builds or {}).get(night.commit)
             conflict = choice.conflict
             if conflict:
-                outcome, reason = "conflict", (f"{conflict.patch} does not apply; the last good wheel stays the "
-                                               "index's newest")
+                passed = (f"; {', '.join(choice.downgrades)} passed over (older, lacking patches upstream does not "
+                          "have)" if choice.downgrades else "")
+                outcome, reason = "conflict", (f"{conflict.patch} does not apply{passed}; the last good wheel stays "
+                                               "the index's newest")
             elif isinstance(planned, str):
                 outcome, reason = "failed", f"the plan refuses series {chosen.name if chosen else ''}: {planned}"
             elif built:
@@ -180,7 +190,8 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
                 "plan": "ok" if isinstance(planned, Plan) else planned,
                 "patch_check": checked,
                 "patch_health": None if at_row is None else {"applies": at_row, "newest": newest,
-                                                             "agrees": newest == (chosen.name if chosen else None)}})
+                                                             "newest_no_downgrade": allowed,
+                                                             "agrees": allowed == (chosen.name if chosen else None)}})
             if chosen is not None and outcome != "failed":
                 good = (night.commit, chosen)
             log.info(f"  {i + 1}/{len(nights)} {night.date} {night.commit[:12]} {outcome}: "
@@ -200,3 +211,9 @@ def _version(mirror: Path, sha: str, pyproject: str, get: health._Fetcher) -> st
         return None
     get.objects([oid])
     return health._version(out(mirror, "cat-file", "blob", oid, env=get.env))
+
+
+def lines(records: list[dict[str, Any]]) -> str:
+    """The replay's nights, a line each (what the command prints without --json)."""
+    return "\n".join(f"{r['night']} {r['upstream']['commit'][:12]} {r['outcome']:9} "
+                     f"{r['series']['version'] or '-':4} {r['reason']}" for r in records)

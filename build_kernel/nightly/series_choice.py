@@ -6,6 +6,14 @@ the first-parent commits that touch the series' files (the series' state can cha
 
 Versions are the folders `patches/<series>/v<N><rest>` with the recipe's own `<rest>` (`v12-unpruned` is
 compared with `v11-unpruned`, never with `v12`), newest N first.
+
+No silent downgrade: a version older than the reference (the last good night's, else the recipe's own) is a
+candidate only when every patch of the reference it lacks (a patch is the same across versions by its name, as
+the pool keeps it) is retired at tonight's commit: upstream has it verbatim or its Applied-Upstream fix is in the
+history. Otherwise it is passed over (`tried` says which patches it would leave out), and where no candidate is
+left the night is the reference's conflict: its patch, hunk and first bad commit. Retired patches are those of the
+reference and of the recipe's own version (a night on an older reference still says when the recipe's patch went
+upstream).
 """
 
 from __future__ import annotations
@@ -44,9 +52,10 @@ class Conflict:
 class Choice:
     chosen: Series | None
     reference: Series  # the last good night's series (else the recipe's): what retired and conflicts are of
-    retired: tuple[str, ...]
+    retired: tuple[str, ...]  # of the reference and of the recipe's own version
     conflict: Conflict | None
-    tried: tuple[tuple[str, str], ...] = field(default=())  # (version, why not) of the newer ones passed over
+    tried: tuple[tuple[str, str], ...] = field(default=())  # (version, why not) of the versions passed over
+    downgrades: tuple[str, ...] = field(default=())  # the versions of `tried` refused as silent downgrades
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.chosen.name if self.chosen else None,
@@ -100,41 +109,78 @@ def first_bad(tree: _Tree, series: Series, good: str, bad: str, subdir: str) -> 
     return commits[lo]
 
 
-def _retired(tree: _Tree, reference: Series, statuses: Sequence[patches.PatchStatus], commit: str) -> tuple[str, ...]:
-    """The reference series' patches upstream has at `commit`: verbatim (reverse applies) or by its declared fix."""
-    fixes = upstreamed.resolve(reference.patches, tree)
+def _retired(tree: _Tree, series: Series, statuses: Sequence[patches.PatchStatus], commit: str) -> tuple[str, ...]:
+    """The series' patches upstream has at `commit`: verbatim (reverse applies) or by its declared fix."""
+    fixes = upstreamed.resolve(series.patches, tree)
     declared = set(upstreamed.fixed_at(commit, fixes, tree))
     return tuple(s.name for s in statuses if s.state == patches.UPSTREAM or s.name in declared)
 
 
-def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offline: bool = False) -> Choice:
-    """The newest version that applies whole at `commit`; else the reference's conflict and its first bad commit
-    after `good` (the last good night's commit, or None: nothing to bisect from)."""
+def number(series: Series) -> int | None:
+    """N of a `vN...` version folder (None for a series that is not versioned so)."""
+    m = _VERSION.match(series.directory.name)
+    return int(m.group(1)) if m else None
+
+
+def lacking(candidate: Series, reference: Series) -> list[str]:
+    """The reference's patches (by name: a patch's identity across versions) that `candidate` does not carry."""
+    carried = {p.name for p in candidate.patches}
+    return [p.name for p in reference.patches if p.name not in carried]
+
+
+def _older_why_not(candidate: Series, reference: Series, retired: set[str]) -> str | None:
+    """Why `candidate` may not replace `reference` (None: it may): older, and lacking patches upstream lacks too."""
+    n, ref = number(candidate), number(reference)
+    if n is None or ref is None or n >= ref:
+        return None
+    kept_out = [name for name in lacking(candidate, reference) if name not in retired]
+    if not kept_out:
+        return None
+    return (f"older than {reference.directory.name} and lacks {', '.join(kept_out)}, which upstream does not have "
+            "(a downgrade would silently drop them)")
+
+
+def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offline: bool = False,
+           candidates: Sequence[Series] | None = None) -> Choice:
+    """The newest version that applies whole at `commit` and is no silent downgrade of `reference`; else the
+    reference's conflict and its first bad commit after `good` (the last good night's commit, or None: nothing to
+    bisect from). `candidates`: the versions to choose from, newest first (default: `versions(plan)` now; a replay
+    fixes them at its start)."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
     get = _Fetcher(plan, url, offline)
     pyproject = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
     mirror, _ = get(commit, src.paths)
     tried: list[tuple[str, str]] = []
+    downgrades: list[str] = []
+    candidates = list(candidates if candidates is not None else versions(plan))
     with tempfile.TemporaryDirectory(prefix="bk-nightly-") as tmp:
         tree = _Tree(get, mirror, Path(tmp) / "tree", pyproject)
-        chosen = None
-        for series in versions(plan):
-            at = SeriesAt(series.name, tree.check(commit, series))
-            if at.applies:
-                chosen = series
-                break
-            tried.append((series.directory.name, at.why_not()))
         ref_statuses = tree.check(commit, reference)
-        retired = _retired(tree, reference, ref_statuses, commit)
+        retired = list(_retired(tree, reference, ref_statuses, commit))
+        if plan.series.directory != reference.directory:
+            own = _retired(tree, plan.series, tree.check(commit, plan.series), commit)
+            retired += [name for name in own if name not in retired]
+        chosen = None
+        for series in candidates:
+            why_not = _older_why_not(series, reference, set(retired))
+            if why_not is not None:
+                downgrades.append(series.directory.name)
+            else:
+                at = SeriesAt(series.name, tree.check(commit, series))
+                if at.applies:
+                    chosen = series
+                    break
+                why_not = at.why_not()
+            tried.append((series.directory.name, why_not))
         conflict = None
         if chosen is None:
             # The reference's first patch that stops it (else, where it applies but is no candidate, the newest's).
             failing = [s for s in ref_statuses if s.state not in _WHOLE] or [
-                s for s in tree.check(commit, versions(plan)[0]) if s.state not in _WHOLE]
+                s for s in tree.check(commit, candidates[0]) if s.state not in _WHOLE]
             stop = failing[0]
             bad = first_bad(tree, reference, good, commit, src.subdir) if good else None
             conflict = Conflict(stop.name, stop.detail or stop.state, bad)
     for version, why in tried:
         log.info(f"  series {version}: {why}")
-    return Choice(chosen, reference, retired, conflict, tuple(tried))
+    return Choice(chosen, reference, tuple(retired), conflict, tuple(tried), tuple(downgrades))
