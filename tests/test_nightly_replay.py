@@ -1,4 +1,4 @@
-"""`nightly-replay A..B` over a real miniature upstream (git, sglang-shaped: the package in minikernel/, the pins
+"""`nightly --replay A..B` (as `nightly-replay A..B`) over a real miniature upstream (git, sglang-shaped: the package in minikernel/, the pins
 in python/pyproject.toml) whose commits fall on different days: a night per day that touched the package (a commit
 dated before the one ahead of it on main counts on the later day), the
 series chosen by the nightly's own series choice, a version change that retires a patch upstream took, a conflict
@@ -70,8 +70,8 @@ def test_replay_of_a_miniature_history(tmp_path: Path, project: Path) -> None:
                           .replace('repo = "example:minikernel"', f'repo = "file://{tmp_path / "sglang"}"')
                           .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
     state = tmp_path / "state"
-    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "nightly-replay", "--recipe", str(recipe),
-                   "--state-dir", str(state), span)
+    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "nightly", "--replay", span, "--recipe",
+                   str(recipe), "--state-dir", str(state))  # the issue's spelling; nightly-replay is the same call
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     records = record.read_all(state)

@@ -107,12 +107,17 @@ def _plan_with(plan: Plan, version: str) -> Plan | str:
         return exc.render().splitlines()[0]
 
 
-def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool,
-                 candidates: list[Series]) -> dict[str, list[str]]:
+def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool, candidates: list[Series],
+                 pyproject: str) -> dict[str, list[str]]:
     """`patch health --series <every version>` over the range (the library call the command makes): commit ->
     the versions that apply whole there, at each commit that changed the package version."""
     others = tuple(s for s in candidates if s.name != plan.series.name)
-    since = rev_parse(mirror, f"{start}^", plan.env)  # None: the range starts at upstream's first commit
+    since = rev_parse(mirror, f"{start}^", plan.env)
+    if since is None and not offline:  # a mirror holding the pins alone has no parents: fetch the branch's history
+        get = health._Fetcher(plan, fetch.resolve_url(plan.recipe.source.repo, plan.cache_dir, plan.recipe.root),
+                              offline)
+        get("HEAD", (pyproject,), floating=True)
+        since = rev_parse(mirror, f"{start}^", plan.env)  # None still: the range starts at upstream's first commit
     walked = health.walk(plan, since=since, until=end, offline=offline, also=others)
     return {row.commit: [c.name for c in row.compared if c.applies] for row in walked.rows}
 
@@ -131,7 +136,7 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     # First: the walk fetches the range's history when the mirror has a pin alone (a shallow fetch).
     candidates = series_choice.versions(plan)  # fixed here: a version added to patches/ mid-run changes nothing
     log.info(f"series versions: {', '.join(s.directory.name for s in candidates)}")
-    rows = _health_rows(plan, mirror, start_sha, end_sha, offline, candidates)
+    rows = _health_rows(plan, mirror, start_sha, end_sha, offline, candidates, pyproject)
     nights = nights_of(mirror, start_sha, end_sha, src.subdir, plan.env)
     records, details = [], []
     # Beside the choice: which of the recipe's own patches upstream has (Applied-Upstream in the night's history),
