@@ -168,8 +168,9 @@ def _key(k: str) -> str:
 
 
 def _string(s: str) -> str:
-    # JSON's escapes are TOML's, but for DEL, which TOML wants escaped too.
-    return json.dumps(s).replace("\x7f", "\\u007f")
+    # JSON's escapes of the control characters are TOML's; DEL TOML wants escaped too. The rest as is (JSON's
+    # \\ud83d\\ude00 pairs for characters outside the BMP are no TOML).
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _value(v: Any) -> str:
@@ -312,7 +313,7 @@ class Outcome:
 
 _NAMES = re.compile(r"\[[^\]]+\]|\b[a-z_]+\.[a-z_-]+\b|--[a-z-]+|\.toml|recipe|extends|\b[a-z_]+ = |option|argument|"
                     r"command|wheel|arch|TOML|\bkey\b", re.I)
-_FIX = re.compile(r"\(.+\)|did you mean|e\.g\.|\buse\b|\bpass\b|\bgive\b|\bwrite\b", re.I)
+_FIX = re.compile(r"\(.+\)|did you mean|e\.g\.|\buse\b|\bpass\b|\bgive\b|\bwrite\b|: build-kernel ", re.I)
 
 
 @contextlib.contextmanager
@@ -357,6 +358,10 @@ def run_case(case: Case, root: Path) -> Outcome:
         return Outcome(case.kind, case.argv, code, [], "accepted", [])
     if (code == 1 and any("unexpected error" in e for e in errors)) or "Traceback" in stderr or code not in EXIT_CODES:
         return Outcome(case.kind, case.argv, code, errors or lines, "traceback", [])
+    if not errors and result.stdout.lstrip().startswith("{"):
+        # `plan --json` with toolchain problems: exit 3, the problems (each with its fix) in the JSON on stdout.
+        with contextlib.suppress(ValueError):
+            errors = [str(p) for p in json.loads(result.stdout).get("toolchain_problems") or []]
     unnamed = [e for e in errors if not (_NAMES.search(e) and _FIX.search(e))]
     if not errors:
         unnamed = lines or ["(no message)"]
@@ -420,7 +425,8 @@ def main() -> int:
                     lines_per_problem = max(lines_per_problem, line.count("\n") + 1)
                 for line in out.unnamed:
                     unnamed[template(line, root)] += 1
-                    unnamed_example.setdefault(template(line, root), {"argv": out.argv, "env": case.env})
+                    unnamed_example.setdefault(template(line, root), {"argv": out.argv, "env": case.env,
+                                                                      "files": case.files, "exit_code": out.exit_code})
             if (i + 1) % 500 == 0:
                 print(f"{i + 1} cases: {dict(verdicts)}", file=sys.stderr, flush=True)
     result = {
