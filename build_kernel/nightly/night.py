@@ -163,7 +163,9 @@ def _new_night(plan: Plan, opts: Options) -> Result:
         assert choice.conflict is not None
         c = choice.conflict
         bad = f"; first bad upstream commit {c.first_bad_commit[:12]}" if c.first_bad_commit else ""
-        why = (f"no version of series {plan.recipe.patches.series} applies at {tonight.commit[:12]}: {c.patch} "
+        passed = (f" (older {', '.join(choice.downgrades)} passed over: they lack patches upstream does not have)"
+                  if choice.downgrades else "")
+        why = (f"no version of series {plan.recipe.patches.series} applies at {tonight.commit[:12]}{passed}: {c.patch} "
                f"({c.hunk}){bad}; nothing compiled, the index's newest wheel stays "
                + (good["wheel"]["name"] if good and good.get("wheel") else "as it was"))
         say(why)
