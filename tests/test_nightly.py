@@ -348,3 +348,55 @@ def test_a_tag_pattern_follows_the_newest_release(tmp_path: Path) -> None:
     assert upstream.newest_tag(plan, "v0.4.*", str(repo_dir)) == "v0.4.10"
     with pytest.raises(FetchError, match=r"no tag of .* matches 'v9\.\*' \(5 tag\(s\) there\)"):
         upstream.newest_tag(plan, "v9.*", str(repo_dir))
+
+
+def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_path: Path) -> None:
+    """The series choice (in-process, no compile) on a real upstream: v2 (0001 + 0002) is the last good night's; v1
+    (0001 alone) is older. Upstream first changes the closing line (v2's 0002 conflicts, v1 applies but lacks 0002,
+    which upstream does not have): a conflict of v2 naming 0002, its hunk and that commit, not v1. Then upstream
+    takes 0002 as it is (v2 no longer applies whole): v1 is chosen and 0002 is reported retired. A night whose last
+    good version is v1 still reports 0002 retired, by the recipe's own v2."""
+    from build_kernel import recipe as recipes
+    from build_kernel.nightly import series_choice, upstream
+    from build_kernel.plan import resolve
+
+    source = tmp_path / "upstream"
+    good = commit_files(source, _files(), "A: the miniature")
+    repo = git.Repo(source)
+    repo.git.config("uploadpack.allowFilter", "true")
+    repo.git.config("uploadpack.allowAnySHA1InWant", "true")
+    broken = commit_files(source, {"README.md": README.replace(LAST, f"{LAST} (changed)")}, "B: the closing line")
+    taken = commit_files(source, {"README.md": README + "Built every night.\n"}, "C: upstream takes 0002")
+    _series(tmp_path, "v1", {"0001-title.patch": P_PATCH})
+    _series(tmp_path, "v2", {"0001-title.patch": P_PATCH, "0002-closing-line.patch": X_PATCH})
+    (tmp_path / "recipes").mkdir()
+    text = (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
+    text = (text.replace('repo = "example:minicppext"', f'repo = "file://{source}"')
+            .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{good}"')
+            .replace('ref = "examples/minicppext"', 'ref = "main"')
+            .replace('series = "minicppext"', 'series = "minicppext-nightly"')
+            .replace('version = "v1"', 'version = "v2"'))
+    path = write_recipe(tmp_path, "nightly-demo", text)
+    plan = resolve(recipes.load(str(path)), env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                   cache_dir=tmp_path / "cache")
+    assert plan.series.directory.name == "v2"
+    v1, v2 = series_choice.series_named(plan, "v1"), series_choice.series_named(plan, "v2")
+    assert upstream.resolve(plan, "main", good).commit == taken  # as a night does first: the history since `good`
+
+    conflict = series_choice.choose(plan, broken, reference=v2, good=good)
+    assert conflict.chosen is None and conflict.retired == ()
+    assert conflict.conflict is not None and conflict.conflict.patch == "0002-closing-line.patch"
+    assert conflict.conflict.hunk.startswith("README.md hunk #1") and conflict.conflict.first_bad_commit == broken
+    assert conflict.downgrades == ("v1",)
+    assert conflict.to_dict()["tried"] == [
+        {"version": "v2", "why_not": "0002-closing-line.patch conflicts"},
+        {"version": "v1", "why_not": "older than v2 and lacks 0002-closing-line.patch, which upstream does not have "
+                                     "(a downgrade would silently drop them)"}]
+
+    retired = series_choice.choose(plan, taken, reference=v2, good=good)
+    assert retired.chosen is not None and retired.chosen.directory.name == "v1"
+    assert retired.retired == ("0002-closing-line.patch",) and retired.conflict is None
+    assert retired.downgrades == () and [t[0] for t in retired.tried] == ["v2"]
+
+    # The last good night was v1 (no 0002): 0002 is still reported retired, as the recipe's own v2 carries it.
+    assert series_choice.choose(plan, taken, reference=v1, good=good).retired == ("0002-closing-line.patch",)
