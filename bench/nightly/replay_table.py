@@ -1,8 +1,9 @@
 """The replay's table from its raw records: a row per night (night, commit, package version, series chosen, retired,
 conflict and first bad commit, build wall, the plan's verdict, patch check and patch health beside the choice), and
 what the choice drops: the recipe's own series' patches (nightly-cu130: sm120 v8) that the chosen version does not
-carry, that no night so far reported retired and whose Applied-Upstream fix is not in the night's history; and the
-patches it carries that the recipe omits.
+carry, that no night so far reported retired and whose Applied-Upstream fix is not in the night's history; the
+older versions the night passed over as silent downgrades (series.tried); and the patches it carries that the recipe
+omits.
 
     python bench/nightly/replay_table.py bench/nightly/raw/local-2c-2026-12-07 --out bench/nightly/results/replay.json
 """
@@ -46,6 +47,7 @@ def rows(raw: Path) -> list[dict[str, Any]]:
         out.append({
             "night": r["night"], "commit": r["upstream"]["commit"][:12], "package_version": d["package_version"],
             "outcome": r["outcome"], "series": series["version"], "retired": series["retired"],
+            "passed_over": [t["version"] for t in series.get("tried", []) if t["why_not"].startswith("older than")],
             "conflict": None if conflict is None else {"patch": conflict["patch"],
                                                        "first_bad_commit": (conflict["first_bad_commit"] or "")[:12]},
             "build_wall_s": None if build is None else build["wall_s"],
@@ -73,7 +75,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['night']} | `{r['commit']}` | {r['package_version']} | {r['series'] or '-'}"
                      f"{' (drops ' + str(len(r['drops'])) + ')' if r['drops'] else ''} | "
                      f"{', '.join(p.split('-')[0] for p in r['retired']) or ''} | "
-                     f"{'' if c is None else c['patch'].split('-')[0] + ' (`' + c['first_bad_commit'] + '`)'} | "
+                     f"{'' if c is None else c['patch'].split('-')[0] + ' (`' + c['first_bad_commit'] + '`)'}"
+                     f"{'; passes over ' + str(len(r['passed_over'])) + ' older' if r['passed_over'] else ''} | "
                      f"{'' if r['build_wall_s'] is None else format(r['build_wall_s'], ',.0f')} | "
                      f"{'' if h is None else ('agrees' if h['agrees'] else 'DIFFERS: ' + str(h['newest_applying']))} |")
     return "\n".join(lines)
@@ -94,6 +97,10 @@ def main() -> None:
         "patch_check_applies": sum(r["patch_check"] is True for r in table),
         "patch_health_rows": len(health), "patch_health_agrees": sum(h["agrees"] for h in health),
         "nights_dropping_unretired_patches": sum(bool(r["drops"]) for r in table),
+        "nights_passing_over_older_versions": sum(bool(r["passed_over"]) for r in table),
+        "nights_reporting_retired": sum(bool(r["retired"]) for r in table),
+        "retired_first_night": {p: next(r["night"] for r in table if p in r["retired"])
+                                for p in sorted({p for r in table for p in r["retired"]})},
         "nights_carrying_omitted_patches": sum(bool(r["carries_omitted"]) for r in table),
         "built": sum(r["build_wall_s"] is not None for r in table),
     }

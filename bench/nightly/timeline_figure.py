@@ -1,6 +1,6 @@
 """The replay's picture: which sm120 series version each night of sgl-kernel 0.3.21 -> 0.4.3 would build, the
-conflict nights (none applies) and the nights a patch was retired; one column per night of results/replay.json
-(48 nights, one run of the replay, the series choice of build_kernel/nightly/series_choice.py; nothing built).
+conflict nights (no version applies that is no silent downgrade) and the nights a patch was retired; one column
+per night of results/replay.json (one run of the replay, the series choice of build_kernel/nightly/series_choice.py; nothing built).
 
     python bench/nightly/timeline_figure.py [--out bench/nightly/timeline.svg]
 """
@@ -37,8 +37,9 @@ def main() -> None:
             ax.plot(i, 1.08, marker="v", color="black", markersize=6)
     for v in versions:
         ax.bar(0, 0, color=colours[v], label=f"series {v}")
-    ax.bar(0, 0, color="#d62728", label="conflict: none applies")
-    ax.bar(0, 0, color="white", hatch="//", edgecolor="grey", label="drops unretired v8 patches")
+    ax.bar(0, 0, color="#d62728", label="conflict: no version applies\nwithout dropping patches")
+    if any(n["drops"] for n in nights):
+        ax.bar(0, 0, color="white", hatch="//", edgecolor="grey", label="drops unretired v8 patches")
     ax.plot([], [], "v", color="black", label="patch retired")
     step = max(1, len(nights) // 12)
     ax.set_xticks(range(0, len(nights), step), [nights[i]["night"] for i in range(0, len(nights), step)],
