@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import lock, toolchain
+from build_kernel import lock, process, toolchain
 from build_kernel import plan as plan_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, ToolchainError
@@ -130,3 +130,12 @@ def test_a_nightly_torch_offline_or_from_an_index_without_nights(project: Path, 
                                          "development release of torch for ")
     assert info.value.message.endswith("; nothing written")
     assert not pins.lock_path(plan).exists()
+
+
+def test_a_conversation_with_a_program_that_is_not_there(tmp_path: Path) -> None:
+    """process.converse (the flag parser's and the import probe's long-lived child) given a missing program."""
+    missing = tmp_path / "env" / "bin" / "python"
+    with pytest.raises(ToolchainError) as info:
+        process.converse([missing, "-c", "pass"], error=ToolchainError, what="asking the interpreter",
+                         fix="make the environment first")
+    assert info.value.render() == f"asking the interpreter: {missing} not found (make the environment first)"
