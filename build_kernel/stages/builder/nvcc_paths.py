@@ -13,14 +13,24 @@ Two things of a CUDA object name the folder it was compiled in:
   the prefix mapped: `-Xcudafe --orig_src_path_name=./csrc/x.cu` (cudafe++ takes the last one given; a path
   relative to the build, so a compile cache in front of nvcc hashes the same words in any folder).
 
-It runs once per compile and must start fast (recorder.py says why): standard library only, then exec.
+A third names the compile itself: nvcc's host object names its STT_FILE symbol after nvcc's temporary file,
+`tmpxft_<pid>_00000000-6_x.cudafe1.cpp`, in .strtab only. A stripped library (CMake's install) loses it and ld's
+build ID does not hash it, but an unstripped one (setuptools) keeps it: so the compile runs with `-keep` into a
+fresh folder of its own, removed after (the same files nvcc writes to TMPDIR and removes), where the names are
+the source's (`x.compute_120a.cudafe1.cpp`). Not behind a compile cache (ccache, sccache): `-keep` would change
+how they treat the command; their builds keep the pid in an unstripped library's .strtab.
+
+It runs once per compile and must start fast (recorder.py says why): standard library only.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
+CACHE_LAUNCHERS = ("ccache", "sccache", "buildcache")
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")  # CMake may hand nvcc a .cpp as CUDA
 # Arguments whose next word is a file of this compile that is not the source.
 _TAKES_VALUE = {"-o", "-MF", "-MT", "-MQ", "--output-file", "--dependency-output", "-include", "-isystem", "-I",
@@ -69,11 +79,26 @@ def parse(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return maps, argv[i + 1:]
 
 
+def run_kept(command: list[str]) -> int:
+    """`command -keep -keep-dir <fresh folder>`, the folder removed after; the compile's exit status (128 + signal
+    for a compile killed by one, as a shell says it)."""
+    keep = tempfile.mkdtemp(prefix="nvcc-keep-")
+    try:
+        pid = os.posix_spawnp(command[0], [*command, "-keep", "-keep-dir", keep], os.environ)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
 def main() -> None:
     maps, command = parse(sys.argv[1:])
     if not command:
         raise SystemExit("nvcc_paths: no command after --")
-    os.execvp(command[0], rewrite(command, maps))
+    command = rewrite(command, maps)
+    if source_of(command) is None or os.path.basename(command[0]) in CACHE_LAUNCHERS:
+        os.execvp(command[0], command)
+    sys.exit(run_kept(command))
 
 
 if __name__ == "__main__":
