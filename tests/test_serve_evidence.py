@@ -18,6 +18,40 @@ from pathlib import Path
 import pytest
 
 from build_kernel.stages.serve import ops
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench" / "serving"))
+import docstring_corpus
+import token_agreement
+
+sys.path.remove(str(REPO_ROOT / "bench" / "serving"))
+
+
+def test_the_64_prompts_are_64_distinct_held_out_texts() -> None:
+    """The committed prompts (results/tiny_moe_model.json, kept by tiny_moe_report.py from the training log): 64,
+    none repeated (issue 70: the old prompt_texts made 32 distinct of 64)."""
+    prompts = token_agreement.prompt_texts(64)
+    assert len(prompts) == 64
+    repeated = sorted({p for p in prompts if prompts.count(p) > 1})
+    assert not repeated, f"prompts repeat: {repeated[:3]}"
+
+
+def test_asking_for_more_prompts_than_were_kept_is_refused() -> None:
+    with pytest.raises(SystemExit, match="held-out prompts: ask for at most 64"):
+        token_agreement.prompt_texts(65)
+
+
+def test_a_prompt_seen_in_training_or_repeated_is_refused() -> None:
+    train = ["Return the sum of two numbers. Both must be ints.", "Open a file."]
+    docstring_corpus.check_disjoint(["Close the socket and free it.", "Return the product."], train)
+    with pytest.raises(SystemExit, match="1 prompt\\(s\\) occur in the training text"):
+        docstring_corpus.check_disjoint(["Return the sum of two numbers.", "Close it."], train)
+    with pytest.raises(SystemExit, match="repeat"):
+        docstring_corpus.check_disjoint(["Close it.", "Close it."], train)
+    # a summary line is a short plain sentence; the split is by the module's path, whatever the files' order
+    assert docstring_corpus.summary_line("Return the sum of two numbers.\n\nMore.") == "Return the sum of two numbers."
+    assert docstring_corpus.summary_line(">>> f(1)") is None
+    assert docstring_corpus.held_out("json/decoder.py") == docstring_corpus.held_out("json/decoder.py")
 
 EXTENSION = r"""
 #include <Python.h>
@@ -75,3 +109,11 @@ def test_only_ops_registered_by_the_wheels_library_are_the_wheels(tmp_path: Path
     assert ops.report(ops.Counts(), counts, wheel_sha256={"0" * 64})["sgl_kernel_ops"] == []
     assert ops.report(ops.Counts(), counts, wheel_sha256=set(counts.libraries.values()))["sgl_kernel_ops"] == \
         ["sgl_kernel::rmsnorm"]
+
+
+def test_the_wheels_record_hashes_are_compared_as_the_hook_writes_them() -> None:
+    import base64
+
+    data = b"common_ops.abi3.so bytes"
+    record = {"sgl_kernel/common_ops.abi3.so": base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")}
+    assert ops.wheel_sha256(record) == {hashlib.sha256(data).hexdigest()}
