@@ -17,7 +17,10 @@ class _Problems:
         self.keys: set[str] = set()
 
     def add(self, where: str, key: str, message: str) -> None:
-        self.lines.append(f"{where}: {key}: {message}")
+        # A key is the recipe's own text: a newline or control character in it is written as its escape, so a
+        # problem stays one line (RecipeError joins them with newlines) and a key cannot drive the terminal.
+        shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in f"{key}: {message}")
+        self.lines.append(f"{where}: {shown}")
         self.keys.add(key)
 
     def raise_if_any(self) -> None:
