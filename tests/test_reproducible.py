@@ -133,3 +133,30 @@ def test_the_demo_rebuilt_in_another_folder_and_cache_is_the_same_bytes(demo_bui
             assert not any(str(cache).encode() in zf.read(n) for n in zf.namelist())
         run = json.loads(provenance.beside(wheel).read_text())
         assert run["folders"]["cache"] == str(cache) and run["cpu_seconds"] >= 0 and run["start"]
+
+
+@pytest.mark.slow
+def test_one_cuda_source_compiled_through_the_launcher_in_two_folders_is_one_object(tmp_path: Path) -> None:
+    """A real nvcc compile of a TU with an anonymous-namespace kernel and __FILE__, in two folders, through the
+    launcher with the maps the build gives (NVCC_APPEND_FLAGS, the cudafe++ path, -keep): the same bytes."""
+    import os
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    source = ('#include <cstdio>\nnamespace { __global__ void k(float* x) { x[0] = 1; } }\n'
+              'void launch(float* x) { k<<<1, 1>>>(x); std::printf("%s\\n", __FILE__); }\n')
+    objects = []
+    for name in ("one", "other-folder"):
+        work = tmp_path / name / "build" / "key"
+        (work / "src").mkdir(parents=True)
+        (work / "src" / "k.cu").write_text(source)
+        maps = reproducible.prefix_maps(work, tmp_path / name)
+        env = {**os.environ, **reproducible.flags(maps, {}, host=False)}
+        words = reproducible.cuda_launcher(sys.executable, maps).split(";")
+        subprocess.run([*words, nvcc, "-c", "-arch=sm_120a", "-x", "cu", str(work / "src" / "k.cu"), "-o",
+                        str(work / "k.o")], check=True, env=env, cwd=work)
+        objects.append((work / "k.o").read_bytes())
+    assert objects[0] == objects[1] and b"./src/k.cu" in objects[0]
