@@ -190,8 +190,11 @@ def test_a_server_that_dies_while_serving(tmp_path: Path) -> None:
     server = process.spawn([sys.executable, "-c", "print('RuntimeError: CUDA error: an illegal memory access', "
                             "flush=True); raise SystemExit(3)"], error=ServeError, what="starting the server",
                            log=log_path)
-    with pytest.raises(ServeError) as info:
-        launch.serve_foreground(server)
+    try:
+        with pytest.raises(ServeError) as info:
+            launch.serve_foreground(server)
+    finally:
+        server.stop()  # as launch.running does: its log file closed
     assert info.value.render() == ("the server exited with code 3 while serving: RuntimeError: CUDA error: an illegal "
                                    f"memory access (see {log_path})")
 
