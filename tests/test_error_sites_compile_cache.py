@@ -77,16 +77,19 @@ def test_mirrors_that_are_not_strings(tmp_path: Path) -> None:
 
 def test_dist_config_without_sccache_dist(tmp_path: Path) -> None:
     """The CLI run by an interpreter with no sccache-dist beside it (a venv of its own, made here from this one's
-    base Python, this checkout and its packages on PYTHONPATH) and none on PATH."""
+    base Python, reading this checkout and its packages) and none on PATH."""
     venv = tmp_path / "bare"
     (venv / "bin").mkdir(parents=True)
     base = Path(sys.base_prefix) / "bin" / Path(sys.executable).name
     (venv / "bin" / "python").symlink_to(base if base.exists() else Path(sys.executable).resolve())
     (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.base_prefix) / 'bin'}\ninclude-system-site-packages = false\n")
     out = tmp_path / "farm"
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "NO_COLOR": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), sysconfig.get_paths()["purelib"]])}
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "build_kernel", "cache", "dist-config",
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
+    # This checkout's packages as a site folder (its .pth files read, as the venv's python reads them).
+    main = (f"import site, sys, runpy; site.addsitedir({sysconfig.get_paths()['purelib']!r}); "
+            f"sys.path.insert(0, {str(REPO_ROOT)!r}); sys.argv[0] = 'build-kernel'; "
+            "runpy.run_module('build_kernel', run_name='__main__')")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", main, "cache", "dist-config",
                            "--scheduler", "10.0.0.1:10600", "--server", "10.0.0.2:10501", "--out", str(out)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert proc.returncode == 6, proc.stdout + proc.stderr
