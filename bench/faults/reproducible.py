@@ -143,7 +143,8 @@ def linked(obj: Path, out: Path) -> Path:
     return out
 
 
-def real(overlay: str, work: Path, fragments: tuple[str, ...], out: Path, *, compile_: bool = True) -> Path:
+def real(overlay: str, work: Path, fragments: tuple[str, ...], out: Path, *, compile_: bool = True,
+         note: str = "") -> Path:
     """`compile_` False: compare what the two folders hold (a TU compiled in one folder only is listed as such:
     the rule, written before the run, for a box too loaded to finish them all in the session's time)."""
     folders = [work / f"real-{i}" for i in (1, 2)]
@@ -181,7 +182,7 @@ def real(overlay: str, work: Path, fragments: tuple[str, ...], out: Path, *, com
                      "linked_stripped_identical": so_a.read_bytes() == so_b.read_bytes(),
                      "linked_stripped_sections": list(rebuild.elf_sections(so_a.read_bytes(), so_b.read_bytes()))})
     data = {"pair": "real-12.0a-subset", "kind": "objects", "recipe": overlay, "arch": ARCH, "builds": sides,
-            "tus": rows}
+            "tus": rows, "note": note}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "real-12.0a-subset.json"
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -248,6 +249,7 @@ def main() -> None:
     r.add_argument("--work", type=Path, default=Path("/tmp/bk-reproducible"))
     r.add_argument("--tu", action="append", default=None)
     r.add_argument("--compare-only", action="store_true", help="compare what the two folders hold, compile nothing")
+    r.add_argument("--note", default="")
     rep = sub.add_parser("report")
     rep.add_argument("raw", type=Path)
     rep.add_argument("--out", type=Path, required=True)
@@ -257,7 +259,8 @@ def main() -> None:
     elif args.cmd == "collect":
         print(collect(args.name, args.recipe, args.one, args.two, raw_default, args.note))
     elif args.cmd == "real":
-        print(real(args.overlay, args.work, tuple(args.tu or REAL_TUS), raw_default, compile_=not args.compare_only))
+        print(real(args.overlay, args.work, tuple(args.tu or REAL_TUS), raw_default, compile_=not args.compare_only,
+                   note=args.note))
     else:
         report(args.raw, args.out)
 
