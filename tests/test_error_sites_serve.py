@@ -31,6 +31,7 @@ from build_kernel.resources import Resources
 from build_kernel.stages.serve import (
     api_key,
     bench,
+    command,
     environment,
     flags,
     install,
@@ -247,6 +248,13 @@ def test_the_preflight_refuses_an_interpreter_without_our_wheel_and_another_sgla
         f"refusing to serve: /srv/env/bin/python has no minikernel: the server would not import our {wheel.name} "
         "(and 1 more) (run `build-kernel serve --install --recipe R`: it installs this wheel --no-deps and sglang "
         "beside it)")
+    # Ours in another version, and a second distribution that ships the module too
+    other = environment.Installed(python="/srv/env/bin/python", sglang=None, torch=None, module_origin=None, dists={
+        "minikernel": {"version": "0.0.9", "root": "/srv/site", "files": {}},
+        "minikernel-fork": {"version": "2.0", "root": "/srv/site", "files": {}}})
+    with pytest.raises(ServeError) as info:
+        preflight.check(wheel, "minikernel", other, sglang=sglang_dist.Choice("release", ""), env={})
+    assert info.value.message == "refusing to serve: /srv/env/bin/python has minikernel 0.0.9, not ours (0.1.0) (and 1 more)"
 
 
 def test_the_flag_parser_could_not_import_sglang_or_met_an_unknown_flag() -> None:
@@ -270,3 +278,58 @@ def test_a_unit_systemd_analyze_cannot_rate() -> None:
         unit.exposure("[Unit]\nDescription=broken\n", "bk-broken", dict(os.environ))
     assert info.value.message.startswith("systemd-analyze security gave no exposure level: ")
     assert info.value.hint == "check the unit with systemd-analyze security --offline=yes FILE"
+
+
+class _Answer(BaseHTTPRequestHandler):
+    """/generate answers with the status the server was made with."""
+
+    status = 200
+
+    def do_POST(self) -> None:
+        body = b'{"error": "no"}'
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_smoke_requests_refused_failed_or_unanswered_and_a_port_already_taken(tmp_path: Path) -> None:
+    messages = {}
+    for status in (401, 500):
+        handler = type(f"Answer{status}", (_Answer,), {"status": status})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            with pytest.raises(ServeError) as info:
+                launch.smoke(url)
+            messages[status] = info.value.render()
+            if status == 500:  # anything answering on the port: no server is started there
+                with pytest.raises(ServeError) as info, launch.running(
+                        [sys.executable, "-c", "raise SystemExit(1)"], dict(os.environ), host="127.0.0.1",
+                        port=server.server_address[1], timeout=5, log_path=tmp_path / "server.log"):
+                    pass
+                messages[0] = info.value.render()
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert "was refused: HTTP 401" in messages[401] and messages[401].endswith(
+        "(check [serve] api_key_file, and that nothing else serves on that port)")
+    assert messages[500].endswith("/generate failed: HTTP Error 500: Internal Server Error (see the server log)")
+    assert messages[0] == f"something already answers on {url} (stop it, or set [serve] port to a free port)"
+    assert not (tmp_path / "server.log").exists()
+    with pytest.raises(ServeError) as info:  # nothing listens there any more
+        launch.smoke(url)
+    assert info.value.render().startswith(f"the smoke request to {url}/generate failed: <urlopen error ")
+
+
+def test_a_model_folder_that_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(ServeError) as info:
+        command._model(None, str(tmp_path / "no-model"))  # type: ignore[arg-type] # the override is enough
+    assert info.value.render() == (f"model folder {tmp_path / 'no-model'} does not exist (pass --model with a checkpoint "
+                                   "folder or a hub id)")
