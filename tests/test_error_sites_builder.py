@@ -19,7 +19,7 @@ from build_kernel import plan as plan_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, ToolchainError
 from build_kernel.recipe.load import load
-from build_kernel.stages.builder import backends, cudawheels, devrelease, wheelpins
+from build_kernel.stages.builder import backends, cudawheels, devrelease, wheelindex, wheelpins
 from build_kernel.stages.fetch import pins
 from build_kernel.toolchain import Facts
 from tests.conftest import write_recipe, write_series
@@ -139,3 +139,10 @@ def test_a_conversation_with_a_program_that_is_not_there(tmp_path: Path) -> None
         process.converse([missing, "-c", "pass"], error=ToolchainError, what="asking the interpreter",
                          fix="make the environment first")
     assert info.value.render() == f"asking the interpreter: {missing} not found (make the environment first)"
+
+
+def test_a_file_index_folder_that_is_not_there(tmp_path: Path) -> None:
+    missing = tmp_path / "mirror" / "simple"
+    with pytest.raises(ToolchainError) as info:
+        wheelindex.listed(f"{missing.as_uri()}/", "torch", {})
+    assert info.value.message == f"cannot read the index {missing.as_uri()}/torch/: {missing} does not exist"

@@ -9,6 +9,7 @@ value and the fix.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,16 @@ def test_a_replay_range_that_is_no_range() -> None:
         replay.parse_range("6ffc74ef")
     assert info.value.render() == ("--replay '6ffc74ef' is not a range A..B (pass two upstream commits (or tags) as "
                                    "A..B, e.g. 6ffc74ef..0753182b)")
+
+
+def test_a_record_of_another_shape_is_named_by_its_first_problem(tmp_path: Path) -> None:
+    good = _night(tmp_path, "2026-12-01", "a" * 40, "unchanged")
+    assert record.check({})[0] == "schema: missing"
+    odd = {**good, "outcome": "exploded"}
+    assert record.check(odd) == [f"outcome: 'exploded' is not one of {', '.join(record.OUTCOMES)}"]
+    path = record.path_for(tmp_path, good["night"], good["upstream"]["commit"])
+    path.write_text(json.dumps(odd))
+    with pytest.raises(BuildKernelError) as info:
+        history_page.load_records(tmp_path)
+    assert info.value.message == (f"{path}: not a night record of this tool (outcome: 'exploded' is not one of "
+                                  f"{', '.join(record.OUTCOMES)})")
