@@ -23,7 +23,7 @@ from build_kernel import static_index
 from build_kernel.series import load_series
 from build_kernel.stages import publish as pub
 from build_kernel.stages.verify.report import RECORD_SUFFIX
-from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, write_recipe
+from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, write_recipe
 from tests.test_build import BUILD_CACHE
 from tests.test_publish import LOCAL, clean_env, listing, make_wheel, target_for
 
@@ -163,3 +163,20 @@ def test_pipeline_killed_once_in_each_stage_then_rerun(demo_build: DemoBuild, tm
     left = [str(p) for folder in (tmp_path / "cache", tmp_path / "out", index) for p in folder.rglob("*")
             if p.name.endswith((".tmp", ".part")) or ".partial-" in p.name or ".old-" in p.name]
     assert left == []
+
+
+def test_git_locks_a_killed_fetch_left_in_a_mirror_are_removed_by_the_next_fetch(tmp_path: Path) -> None:
+    """bench/faults/kill_anywhere.py's point 16 (killed during fetch) left `shallow.lock` in a mirror: a killed
+    git's lock, which a later fetch into that mirror would refuse. The next fetch removes it, under the mirror's
+    lock (no git of ours runs in it then), even when it has nothing to fetch."""
+    cache = tmp_path / "cache"
+    assert run_cli("--cache-dir", str(cache), "fetch", "--recipe", "demo").returncode == 0
+    mirrors = sorted((cache / "mirrors").glob("*.git"))
+    assert mirrors
+    for repo in mirrors:  # what the killed git left (git's lock names)
+        (repo / "shallow.lock").write_text("")
+        (repo / "refs" / "build-kernel").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "build-kernel" / "pin.lock").write_text("")
+    again = run_cli("--cache-dir", str(cache), "fetch", "--recipe", "demo")
+    assert again.returncode == 0, again.stderr
+    assert [str(p) for repo in mirrors for p in repo.rglob("*.lock")] == []

@@ -163,6 +163,8 @@ def ensure_commit(url: str, commit: str, cache_dir: Path, *, offline: bool, allo
                 raise FetchError(f"{url} is not in the cache and --offline forbids fetching it",
                                  hint=f"run once without --offline, or map it to a local mirror ({config})")
             mirror.init(path)
+        else:  # a killed run's git left its locks (SIGKILL runs no except): a stale shallow.lock refuses every fetch
+            transfer.remove_leftovers(git.Repo(path))
         try:
             return _ensure_locked(git.Repo(path), path, url, rw, commit, floating, offline, paths, history, config,
                                   net)

@@ -29,13 +29,13 @@ def git_error(exc: git.GitCommandError) -> str:
 
 # What a fetch that failed leaves in the mirror: the part of a pack received before the connection broke
 # (index-pack keeps its tmp_pack_*), and, when the fetch timeout killed git, its locks (a stale lock refuses
-# every later fetch). Never part of the mirror's objects or refs; removed under the mirror's lock (no git of ours
-# runs in it then).
+# every later fetch), or a SIGKILLed run's git (remote.ensure removes those before its first git). Never part of
+# the mirror's objects or refs; removed under the mirror's lock (no git of ours runs in it then).
 _LEFTOVERS = ("shallow.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "objects/pack/tmp_*",
                    "objects/incoming-*", "refs/**/*.lock")
 
 
-def _remove_leftovers(repo: git.Repo) -> None:
+def remove_leftovers(repo: git.Repo) -> None:
     for pattern in _LEFTOVERS:
         for path in Path(repo.git_dir).glob(pattern):
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -48,7 +48,7 @@ def git_net(repo: git.Repo, args: Sequence[str], net: network.Settings, istream:
         return str(repo.git.execute(["git", "-C", repo.git_dir, *net.git_options(), *args], istream=istream,
                                     kill_after_timeout=net.fetch_cap_s))
     except git.GitCommandError as exc:
-        _remove_leftovers(repo)
+        remove_leftovers(repo)
         if "did not complete in" in str(exc.stderr):
             raise git.GitCommandError(exc.command, exc.status, f"fatal: no answer in {net.fetch_cap_s:g} s "
                                       f"(the fetch timeout, {network.FETCH_TIMEOUT_ENV})") from None
