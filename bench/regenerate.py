@@ -119,6 +119,10 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
     "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py", ["bench/nightly/raw/local-2c-2026-12-07"]),
     # Reproducible wheels: pairs of builds in two folders with two caches (issue 68 item 6).
     "bench/faults/results/reproducible.json": ("bench/faults/reproducible.py", ["report", "bench/faults/raw/reproducible"]),
+    # SIGKILL anywhere and a full disk (issue 68 items 2 and 3; bench/faults/kill_and_disk.md).
+    "bench/faults/results/kill_anywhere.json": ("bench/faults/kill_anywhere.py",
+                                                ["report", "bench/faults/raw/kill_anywhere"]),
+    "bench/faults/results/disk_full.json": ("bench/faults/disk_full.py", ["report", "bench/faults/raw/disk_full"]),
 }
 
 # Each study's picture -> the script that draws it (from the raw packs or results above); byte-stable SVG.
