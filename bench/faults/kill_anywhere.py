@@ -311,7 +311,8 @@ def kill_point(work: Path, point: dict[str, Any], ref: dict[str, Any], slot: int
             "first_exit": first_code, "leftovers_after_kill": _leftovers(after_kill, ref),
             "tmp_after_kill": after_kill["tmp"],
             "rerun_exit": rerun.returncode, "rerun_s": round(rerun_s, 1),
-            "rerun_error": _error_line(rerun.stdout + rerun.stderr) if rerun.returncode else "", **verdict}
+            "rerun_error": _error_line(rerun.stdout + rerun.stderr) if rerun.returncode else "",
+            "wheels_after": after["wheels"], "published_after": after["published"], **verdict}
 
 
 def _error_line(output: str) -> str:
