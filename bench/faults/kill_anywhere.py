@@ -412,7 +412,7 @@ def compare(snap: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
 # ---- the command --------------------------------------------------------------------------------------------
 
 
-def run_study(work: Path, workers: int, limit: int | None) -> None:
+def run_study(work: Path, workers: int, limit: int | None, states: tuple[str, ...] = ("cold", "warm")) -> None:
     (RAW / "logs").mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     make_warm_base(work)
@@ -435,7 +435,7 @@ def run_study(work: Path, workers: int, limit: int | None) -> None:
         slots.put(slot)
     results = RAW / "points.jsonl"
     done = {json.loads(line)["id"] for line in results.read_text().splitlines()} if results.exists() else set()
-    todo = [p for p in POINTS if p["id"] not in done][:limit]
+    todo = [p for p in POINTS if p["id"] not in done and p["state"] in states][:limit]
     print(f"{len(done)} points done, {len(todo)} to run, {workers} at a time", flush=True)
     lock = threading.Lock()
 
@@ -528,12 +528,15 @@ def main() -> None:
     r.add_argument("--work", type=Path, default=Path("/tmp/kill_anywhere"))
     r.add_argument("--workers", type=int, default=1)
     r.add_argument("--limit", type=int)
+    # Cold points rebuild: after a commit that changes the built libraries, run them with new references (remove
+    # raw/kill_anywhere/reference-cold-*.json); warm points reuse the warm base's wheel and stay comparable.
+    r.add_argument("--state", choices=("cold", "warm"), action="append")
     rep = sub.add_parser("report")
     rep.add_argument("raw", type=Path)
     rep.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "run":
-        run_study(args.work, args.workers, args.limit)
+        run_study(args.work, args.workers, args.limit, tuple(args.state or ("cold", "warm")))
     else:
         report(args.raw, args.out)
 
