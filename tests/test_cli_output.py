@@ -12,9 +12,11 @@ files; nothing compiles.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
@@ -123,6 +125,20 @@ CASES: dict[str, Case] = {
     "InternalError": lambda p: (["cache", "dist-config", "--scheduler", "127.0.0.1:10600", "--server", "127.0.0.1:10501",
                                  "--out", str(p.bad_config)], {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}),
 }
+def _small_cache(p: Project) -> tuple[list[str], dict[str, str]]:
+    """The pipeline with its cache on a 1 MB tmpfs: the preflight says so before any work (the same line each run).
+    Mounting needs root: skipped elsewhere (tests/test_disk_full.py has the rest)."""
+    cache = p.root / "small-cache"
+    if not os.path.ismount(cache):
+        cache.mkdir(exist_ok=True)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(cache)], capture_output=True,
+                          check=False).returncode:
+            pytest.skip("DiskFullError's case needs a tmpfs mount (root)")
+        atexit.register(subprocess.run, ["umount", "--lazy", str(cache)], check=False)
+    return ["--cache-dir", str(cache), "--recipe", "demo", "--arch", "12.0a"], {}
+
+
+CASES["DiskFullError"] = _small_cache
 EXIT = {"UsageError": 2, "InternalError": 1,
         **{cls.__name__: cls.exit_code for cls in errors.BuildKernelError.__subclasses__()}}
 
