@@ -120,5 +120,7 @@ def _disk_full(ctx: Context, stage: str, exc: Exception) -> BaseException | None
 
     if isinstance(exc, DiskFullError) or ctx.dry_run:
         return None
-    return disk_space.disk_full(exc, disk_space.needs(ctx.plan, env_built=True),
-                                 f"the {stage} stage")
+    try:
+        return disk_space.disk_full(exc, disk_space.needs(ctx.plan, env_built=True), f"the {stage} stage")
+    except Exception:  # asking about the disk must never hide the stage's own error
+        return None
