@@ -76,6 +76,12 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                        "v11-sm120a-2c-raw.tar.gz")]),
     "bench/split_tus/results/split-phases.json": ("bench/split_tus/phases.py", [
         "report", "bench/split_tus/raw/local-2c-2026-12-06-split-pair/phases"]),
+    "bench/header_diet/results/phases.json": ("bench/header_diet/phases.py", [
+        "report", "bench/header_diet/raw/local-2c-2026-12-07-tus", "--more",
+        "bench/header_diet/raw/local-2c-2026-12-07-tus-repeat", "--baseline-pack",
+        *raw("header_diet", "local-2c-2026-12-07-tus", "v8-sm120a-2c-raw.tar.gz"), "--baseline-key", "b5c13932b44c4a5edbff"]),
+    "bench/header_diet/results/probes.json": ("bench/header_diet/phases.py", [
+        "report", "bench/header_diet/raw/local-2c-2026-12-07-probes"]),
     "bench/upstream_tests/results/upstream-tests.json": ("bench/upstream_tests/tests_report.py", [
         "report", *raw("upstream_tests", "h200-2026-12-03-tests", "v6-raw.tar.gz", "v7-raw.tar.gz"),
         *raw("upstream_tests", "h200-2026-12-03-fa3", "v8-raw.tar.gz"),
@@ -141,6 +147,7 @@ FIGURES = {
 # Measured live (no raw pack): the command that measures it again, on the machine the study names.
 MEASURED = {
     "bench/scheduler/results/scheduler.json": "make bench-scheduler (root: a memory cgroup)",
+    "bench/header_diet/results/object-proof.json": "python bench/header_diet/object_proof.py --pair TU V13_OBJECT V8_OBJECT ...",
     "bench/miniature/results/latest.json": "make bench-build",
     "bench/miniature/results/h200-host-16c.json": "python bench/miniature/side_by_side.py on the GPU host (16 cores)",
     "bench/real_build/results/16-cores-sm120a.json": "the GPU host's build of series v2 (patches/sm120/v2/NOTES.md)",
