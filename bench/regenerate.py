@@ -123,6 +123,9 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                                  *(f"{wheel}-{side}-{n}.json" for side in ("baseline", "ours") for n in (1, 2))))]),
     # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh).
     "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py", ["bench/nightly/raw/local-2c-2026-12-07"]),
+    # The same replay from a tree without patches/sm120/v13 (the rule's other case: v8 first, then v12, newer).
+    "bench/nightly/results/replay-without-v13.json": ("bench/nightly/replay_table.py",
+                                                      ["bench/nightly/raw/local-2c-2026-12-07-without-v13"]),
     # Reproducible wheels: pairs of builds in two folders with two caches (issue 68 item 6).
     "bench/faults/results/reproducible.json": ("bench/faults/reproducible.py", ["report", "bench/faults/raw/reproducible"]),
     # SIGKILL anywhere and a full disk (issue 68 items 2 and 3; bench/faults/kill_and_disk.md).
