@@ -400,3 +400,36 @@ def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_
 
     # The last good night was v1 (no 0002): 0002 is still reported retired, as the recipe's own v2 carries it.
     assert series_choice.choose(plan, taken, reference=v1, good=good).retired == ("0002-closing-line.patch",)
+
+
+def test_a_patch_only_a_newer_version_than_the_recipes_carries_may_be_left_out(tmp_path: Path) -> None:
+    """The recipe pins v1 (0001); v2 (0001 + 0002) is newer, an experiment the recipe never asked for, and was the
+    last good night's. When upstream breaks 0002, the night falls back to v1 (no conflict): 0002 is no patch of the
+    recipe's, so leaving it out is no silent downgrade of what the recipe promised."""
+    from build_kernel import recipe as recipes
+    from build_kernel.nightly import series_choice
+    from build_kernel.plan import resolve
+
+    source = tmp_path / "upstream"
+    good = commit_files(source, _files(), "A: the miniature")
+    repo = git.Repo(source)
+    repo.git.config("uploadpack.allowFilter", "true")
+    repo.git.config("uploadpack.allowAnySHA1InWant", "true")
+    broken = commit_files(source, {"README.md": README.replace(LAST, f"{LAST} (changed)")}, "B: the closing line")
+    _series(tmp_path, "v1", {"0001-title.patch": P_PATCH})
+    _series(tmp_path, "v2", {"0001-title.patch": P_PATCH, "0002-closing-line.patch": X_PATCH})
+    (tmp_path / "recipes").mkdir()
+    text = (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
+    text = (text.replace('repo = "example:minicppext"', f'repo = "file://{source}"')
+            .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{good}"')
+            .replace('ref = "examples/minicppext"', 'ref = "main"')
+            .replace('series = "minicppext"', 'series = "minicppext-nightly"'))
+    path = write_recipe(tmp_path, "nightly-demo", text)
+    plan = resolve(recipes.load(str(path)), env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                   cache_dir=tmp_path / "cache")
+    assert plan.series.directory.name == "v1"
+    v2 = series_choice.series_named(plan, "v2")
+    choice = series_choice.choose(plan, broken, reference=v2, good=good)
+    assert choice.chosen is not None and choice.chosen.directory.name == "v1"
+    assert choice.conflict is None and choice.downgrades == ()
+    assert choice.to_dict()["tried"] == [{"version": "v2", "why_not": "0002-closing-line.patch conflicts"}]

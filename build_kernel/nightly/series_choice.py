@@ -8,9 +8,10 @@ Versions are the folders `patches/<series>/v<N><rest>` with the recipe's own `<r
 compared with `v11-unpruned`, never with `v12`), newest N first.
 
 No silent downgrade: a version older than the reference (the last good night's, else the recipe's own) is a
-candidate only when every patch of the reference it lacks (a patch is the same across versions by its name, as
-the pool keeps it) is retired at tonight's commit: upstream has it verbatim or its Applied-Upstream fix is in the
-history. Otherwise it is passed over (`tried` says which patches it would leave out), and where no candidate is
+candidate only when every patch of the reference it lacks that the recipe's own version carries (a patch is the
+same across versions by its name, as the pool keeps it) is retired at tonight's commit: upstream has it verbatim
+or its Applied-Upstream fix is in the history. A patch only a newer version than the recipe's carries (an
+experiment such as v13's header diet) is no promise the recipe made: a night may leave it out, and `tried` says so. Otherwise it is passed over (`tried` says which patches it would leave out), and where no candidate is
 left the night is the reference's conflict: its patch, hunk and first bad commit. Retired patches are those of the
 reference and of the recipe's own version (a night on an older reference still says when the recipe's patch went
 upstream).
@@ -128,12 +129,13 @@ def lacking(candidate: Series, reference: Series) -> list[str]:
     return [p.name for p in reference.patches if p.name not in carried]
 
 
-def _older_why_not(candidate: Series, reference: Series, retired: set[str]) -> str | None:
-    """Why `candidate` may not replace `reference` (None: it may): older, and lacking patches upstream lacks too."""
+def _older_why_not(candidate: Series, reference: Series, retired: set[str], required: set[str]) -> str | None:
+    """Why `candidate` may not replace `reference` (None: it may): older, and lacking patches the recipe's own
+    version carries (`required`) that upstream lacks too."""
     n, ref = number(candidate), number(reference)
     if n is None or ref is None or n >= ref:
         return None
-    kept_out = [name for name in lacking(candidate, reference) if name not in retired]
+    kept_out = [name for name in lacking(candidate, reference) if name in required and name not in retired]
     if not kept_out:
         return None
     return (f"older than {reference.directory.name} and lacks {', '.join(kept_out)}, which upstream does not have "
@@ -162,8 +164,9 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
             own = _retired(tree, plan.series, tree.check(commit, plan.series), commit)
             retired += [name for name in own if name not in retired]
         chosen = None
+        required = {p.name for p in plan.series.patches}  # what the recipe's own version promises
         for series in candidates:
-            why_not = _older_why_not(series, reference, set(retired))
+            why_not = _older_why_not(series, reference, set(retired), required)
             if why_not is not None:
                 downgrades.append(series.directory.name)
             else:
