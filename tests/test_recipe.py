@@ -297,9 +297,11 @@ def test_plan_json_for_nightly_recipe() -> None:
     # The card's recipe is the best measured path: the pruned series with the CUDA 13 memcpy fix (0009).
     assert plan["source"]["subdir"] == "sgl-kernel" and plan["patches"]["version"] == "v8"
     assert "0009-cuda13-memcpy-batch-signature.patch" in [p["name"] for p in plan["patches"]["patches"]]
-    # Every pool patch v8 leaves out says why (v10's and v11's 0011: taken once the split is measured, issue 56).
+    # Every pool patch v8 leaves out says why (v10's and v11's 0011: taken once the split is measured, issue 56;
+    # v13's 0012: once the header diet's whole-build pair is, issue 71).
     left_out = plan["patches"]["left_out"]
-    assert set(left_out) == {"0011-split-heavy-tus"} and "issue 56" in left_out["0011-split-heavy-tus"]
+    assert set(left_out) == {"0011-split-heavy-tus", "0012-lean-torch-headers"}
+    assert "issue 56" in left_out["0011-split-heavy-tus"] and "issue 71" in left_out["0012-lean-torch-headers"]
     deps = {d["name"]: d for d in plan["deps"]}
     assert deps["repo-deepgemm"]["commit"] == "ffe2b6b97420a9f8c58268ca55755168e6e2f360"
     assert deps["repo-triton"]["tag"] == "v3.5.1" and deps["repo-flashmla"]["submodules"] == ["csrc/cutlass"]

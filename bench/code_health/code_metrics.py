@@ -20,8 +20,9 @@ CONFIG_MODULES = {"plan.py", "config.py", "mirrors.py", "process.py"}
 # Programs of their own, run by the build with the environment the tool made for it: the compiler
 # launcher hands that environment on to the compiler it starts (stdlib only, for its start-up time).
 # The op-count hook runs inside the server's processes, configured by the variable the serve stage sets;
-# the API-key wrapper too (it reads the key file's path the unit or the serve stage sets).
-OWN_PROGRAMS = {"recorder.py", "sitecustomize.py", "launch_with_key.py"}
+# the API-key wrapper too (it reads the key file's path the unit or the serve stage sets); nvcc's path-mapping
+# launcher hands the build's environment on to the nvcc it spawns.
+OWN_PROGRAMS = {"recorder.py", "sitecustomize.py", "launch_with_key.py", "nvcc_paths.py"}
 
 
 def metrics(package: Path) -> dict[str, object]:
