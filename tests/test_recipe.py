@@ -340,7 +340,8 @@ def test_release_recipe_extends_nightly_with_its_own_pins() -> None:
     assert r.source.commit == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" and r.patches.version == "r0.3.21"
     # v8's patches that do not apply at the release, each with why (plan shows them).
     assert sorted(r.patches.omitted) == ["0005-prune-arch-dispatch", "0007-unity-batches", "0008-prune-sparse-flash-attn",
-                                         "0009-cuda13-memcpy-batch-signature", "0010-fa3-variants", "0011-split-heavy-tus"]
+                                         "0009-cuda13-memcpy-batch-signature", "0010-fa3-variants", "0011-split-heavy-tus",
+                                         "0012-lean-torch-headers"]
     # The real dead pin: reachable only from refs/pull/15/head of DeepGEMM.
     assert deps["repo-deepgemm"].commit == "54f99a8af537b3c6eb4819b69907ccbe2b600792"
     assert deps["repo-deepgemm"].paths == ("csrc", "deep_gemm")  # inherited key by key
