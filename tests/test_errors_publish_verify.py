@@ -292,7 +292,8 @@ def test_an_upload_twine_refuses_for_another_reason_shows_its_last_line(pypi: In
     assert message.startswith(f"uploading {wheel.name} to {pypi.url} failed: ")
     # Twine's own line ends so; the backend's TERM=dumb makes rich ignore COLUMNS and wrap it at 80
     # columns, so today only its wrapped tail ("required field") shows: a flaw reported, not fixed here.
-    assert message.endswith("required field")
+    assert message.endswith("required field (twine's whole output is in the publish log; fix what it names, then run "
+                            "the same command again)")
     assert listing(pypi.packages) == before
 
 
@@ -411,7 +412,8 @@ def test_install_back_failing_otherwise_shows_pips_last_line(tmp_path: Path) -> 
                    env=cli_env(tmp_path))
     assert one_error(proc, 8) == (
         f"installing bk-stale==={VERSION} back from {(stale / 'simple').as_uri()}/ failed: ERROR: Could not install "
-        f"packages due to an OSError: [Errno 2] No such file or directory: '{stale / wheel.name}'")
+        f"packages due to an OSError: [Errno 2] No such file or directory: '{stale / wheel.name}' (pip's whole output "
+        "is in the publish log; fix what it names, then run the same command again)")
     assert_published_whole(folder, before, wheel)
 
 

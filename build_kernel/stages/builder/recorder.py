@@ -149,6 +149,10 @@ def describe(cmd: Sequence[str], strip: Sequence[str] = ()) -> Described:
     import re
 
     words = list(cmd)
+    # nvcc's path-mapping launcher (`python -S .../nvcc_paths.py --map ... -- nvcc ...`) stands in front of the
+    # compiler it runs: the compile is that compiler's, not python's.
+    if any(os.path.basename(w) == "nvcc_paths.py" for w in words[:3]) and "--" in words:
+        words = words[words.index("--") + 1:]
     while len(words) > 1 and os.path.basename(words[0]) in CACHE_LAUNCHERS:
         words = words[1:]
     compiler = os.path.basename(words[0]) if words else ""
