@@ -24,12 +24,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import git
 import pytest
 
 from tests.conftest import REPO_ROOT, commit_files, run_cli, write_recipe
+
+if TYPE_CHECKING:
+    from build_kernel.plan import Plan
 
 SOURCE = REPO_ROOT / "examples" / "minicppext"
 README = (SOURCE / "README.md").read_text()
@@ -350,14 +353,10 @@ def test_a_tag_pattern_follows_the_newest_release(tmp_path: Path) -> None:
         upstream.newest_tag(plan, "v9.*", str(repo_dir))
 
 
-def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_path: Path) -> None:
-    """The series choice (in-process, no compile) on a real upstream: v2 (0001 + 0002) is the last good night's; v1
-    (0001 alone) is older. Upstream first changes the closing line (v2's 0002 conflicts, v1 applies but lacks 0002,
-    which upstream does not have): a conflict of v2 naming 0002, its hunk and that commit, not v1. Then upstream
-    takes 0002 as it is (v2 no longer applies whole): v1 is chosen and 0002 is reported retired. A night whose last
-    good version is v1 still reports 0002 retired, by the recipe's own v2."""
+def _two_versions(tmp_path: Path, pinned: str) -> tuple[Plan, str, str]:
+    """A real upstream (A: the miniature, B: its closing line changed, so 0002 conflicts), series v1 (0001) and v2
+    (0001 + 0002), and the nightly demo recipe pinning `pinned`: its plan, A and B."""
     from build_kernel import recipe as recipes
-    from build_kernel.nightly import series_choice, upstream
     from build_kernel.plan import resolve
 
     source = tmp_path / "upstream"
@@ -366,7 +365,6 @@ def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_
     repo.git.config("uploadpack.allowFilter", "true")
     repo.git.config("uploadpack.allowAnySHA1InWant", "true")
     broken = commit_files(source, {"README.md": README.replace(LAST, f"{LAST} (changed)")}, "B: the closing line")
-    taken = commit_files(source, {"README.md": README + "Built every night.\n"}, "C: upstream takes 0002")
     _series(tmp_path, "v1", {"0001-title.patch": P_PATCH})
     _series(tmp_path, "v2", {"0001-title.patch": P_PATCH, "0002-closing-line.patch": X_PATCH})
     (tmp_path / "recipes").mkdir()
@@ -375,10 +373,24 @@ def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_
             .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{good}"')
             .replace('ref = "examples/minicppext"', 'ref = "main"')
             .replace('series = "minicppext"', 'series = "minicppext-nightly"')
-            .replace('version = "v1"', 'version = "v2"'))
+            .replace('version = "v1"', f'version = "{pinned}"'))
     path = write_recipe(tmp_path, "nightly-demo", text)
     plan = resolve(recipes.load(str(path)), env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
                    cache_dir=tmp_path / "cache")
+    return plan, good, broken
+
+
+def test_no_silent_downgrade_and_retirement_against_the_recipes_own_version(tmp_path: Path) -> None:
+    """The series choice (in-process, no compile) on a real upstream: v2 (0001 + 0002) is the last good night's; v1
+    (0001 alone) is older. Upstream first changes the closing line (v2's 0002 conflicts, v1 applies but lacks 0002,
+    which upstream does not have): a conflict of v2 naming 0002, its hunk and that commit, not v1. Then upstream
+    takes 0002 as it is (v2 no longer applies whole): v1 is chosen and 0002 is reported retired. A night whose last
+    good version is v1 still reports 0002 retired, by the recipe's own v2."""
+    from build_kernel.nightly import series_choice, upstream
+
+    plan, good, broken = _two_versions(tmp_path, "v2")
+    taken = commit_files(tmp_path / "upstream", {"README.md": README + "Built every night.\n"},
+                         "C: upstream takes 0002")
     assert plan.series.directory.name == "v2"
     v1, v2 = series_choice.series_named(plan, "v1"), series_choice.series_named(plan, "v2")
     assert upstream.resolve(plan, "main", good).commit == taken  # as a night does first: the history since `good`
@@ -406,27 +418,9 @@ def test_a_patch_only_a_newer_version_than_the_recipes_carries_may_be_left_out(t
     """The recipe pins v1 (0001); v2 (0001 + 0002) is newer, an experiment the recipe never asked for, and was the
     last good night's. When upstream breaks 0002, the night falls back to v1 (no conflict): 0002 is no patch of the
     recipe's, so leaving it out is no silent downgrade of what the recipe promised."""
-    from build_kernel import recipe as recipes
     from build_kernel.nightly import series_choice
-    from build_kernel.plan import resolve
 
-    source = tmp_path / "upstream"
-    good = commit_files(source, _files(), "A: the miniature")
-    repo = git.Repo(source)
-    repo.git.config("uploadpack.allowFilter", "true")
-    repo.git.config("uploadpack.allowAnySHA1InWant", "true")
-    broken = commit_files(source, {"README.md": README.replace(LAST, f"{LAST} (changed)")}, "B: the closing line")
-    _series(tmp_path, "v1", {"0001-title.patch": P_PATCH})
-    _series(tmp_path, "v2", {"0001-title.patch": P_PATCH, "0002-closing-line.patch": X_PATCH})
-    (tmp_path / "recipes").mkdir()
-    text = (REPO_ROOT / "recipes" / "demo-cppext.toml").read_text()
-    text = (text.replace('repo = "example:minicppext"', f'repo = "file://{source}"')
-            .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{good}"')
-            .replace('ref = "examples/minicppext"', 'ref = "main"')
-            .replace('series = "minicppext"', 'series = "minicppext-nightly"'))
-    path = write_recipe(tmp_path, "nightly-demo", text)
-    plan = resolve(recipes.load(str(path)), env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-                   cache_dir=tmp_path / "cache")
+    plan, good, broken = _two_versions(tmp_path, "v1")
     assert plan.series.directory.name == "v1"
     v2 = series_choice.series_named(plan, "v2")
     choice = series_choice.choose(plan, broken, reference=v2, good=good)
