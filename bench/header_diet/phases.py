@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import shlex
 import sqlite3
@@ -29,28 +30,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+# split_tus' reader of build.ninja's compile lines, loaded by path: both scripts are named phases.py.
+_spec = importlib.util.spec_from_file_location("split_tus_phases",
+                                               Path(__file__).resolve().parents[1] / "split_tus" / "phases.py")
+assert _spec is not None and _spec.loader is not None
+split_phases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(split_phases)
+
 ROOT = Path(__file__).resolve().parents[2]
 TIME_FORMAT = "%e %U %S %M"  # wall s, user s, system s, peak RSS KiB
 DIETED = ("nvfp4_scaled_mm_kernels.cu", "nvfp4_blockwise_moe.cu", "fp8_gemm_kernel.cu", "fp8_blockwise_gemm_kernel.cu")
 
 
 def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
-    """build.ninja's nvcc line for `source`'s object, without the recorder launcher, -o/-MD/-MF/-MT, -c and the
-    source itself."""
-    obj = f"CMakeFiles/{target_dir}.dir/{source}.cu.o"
-    listed = subprocess.run(["ninja", "-C", str(cmake), "-t", "commands", obj], capture_output=True, text=True,
-                            check=True)
-    line = listed.stdout.strip().splitlines()[-1]
-    args = shlex.split(line[line.index(" -- ") + 4:] if " -- " in line else line)
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("-o", "-MF", "-MT"):
-            skip = True
-        elif arg not in ("-MD", "-c", "-x", "cu") and not arg.endswith(".cu"):
-            out.append(arg)
-    return out
+    """build.ninja's nvcc line for `source`'s object (the whole TU), as split_tus' phases.py reads it, without
+    `-x cu` too."""
+    return split_phases.nvcc_command(cmake, target_dir, source, part="", drop=("-MD", "-c", "-x", "cu"))
 
 
 def _pair(text: str) -> tuple[str, Path]:

@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("", "_part1", "_part2")
 
 
-def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
-    """build.ninja's nvcc line for `source` (a part's object), without the recorder launcher, -o/-MD/-c and the
+def nvcc_command(cmake: Path, target_dir: str, source: str, *, part: str = "_part1",
+                 drop: tuple[str, ...] = ("-MD", "-c")) -> list[str]:
+    """build.ninja's nvcc line for `source{part}`'s object (a split part's by default; header_diet's phases.py asks
+    for the whole TU's), without the recorder launcher, -o/-MF/-MT and their values, the words in `drop` and the
     source itself."""
-    obj = f"CMakeFiles/{target_dir}.dir/{source}_part1.cu.o"
+    obj = f"CMakeFiles/{target_dir}.dir/{source}{part}.cu.o"
     listed = subprocess.run(["ninja", "-C", str(cmake), "-t", "commands", obj], capture_output=True, text=True,
                             check=True)
     line = listed.stdout.strip().splitlines()[-1]
@@ -40,7 +42,7 @@ def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
             skip = False
         elif arg in ("-o", "-MF", "-MT"):
             skip = True
-        elif arg not in ("-MD", "-c") and not arg.endswith(".cu"):
+        elif arg not in drop and not arg.endswith(".cu"):
             out.append(arg)
     return out
 
