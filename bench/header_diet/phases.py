@@ -17,7 +17,6 @@ a .cu of only some headers) compile with the first TU's line and the first tree'
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import json
 import shlex
@@ -119,18 +118,6 @@ def frontend(args: argparse.Namespace) -> None:
                                                        indent=1) + "\n")
 
 
-def _phases(path: Path) -> dict[str, float]:
-    """nvcc --time's CSV (`source file name , phase name , ... , metric , unit`: ms per phase), seconds by phase."""
-    out: dict[str, float] = {}
-    with path.open(newline="") as fh:
-        for raw in csv.DictReader(fh, skipinitialspace=True):
-            row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
-            name, value = row.get("phase name", ""), row.get("metric", "")
-            if name and value and row.get("unit") == "ms":
-                out[name] = round(out.get(name, 0.0) + float(value) / 1000.0, 1)
-    return out
-
-
 def _time(path: Path) -> dict[str, Any]:
     """/usr/bin/time's last line (`wall user system maxrss_kib`); a failed command adds `Command exited with
     non-zero status N` before it."""
@@ -168,7 +155,7 @@ def report(args: argparse.Namespace) -> None:
             name = path.stem if folder == args.raw else f"{path.stem}#{[args.raw, *args.more].index(folder) + 1}"
             files[name] = _time(path)
             if path.with_suffix(".csv").is_file():
-                files[name]["phases_s"] = _phases(path.with_suffix(".csv"))
+                files[name]["phases_s"] = split_phases.phase_seconds(path.with_suffix(".csv"))
     labels = sorted({n.split("__")[0] for n in files if not n.startswith("probe__")})
     tus = sorted({n.split("__")[1] for n in files if not n.startswith("probe__")})
     pairs: dict[str, Any] = {}

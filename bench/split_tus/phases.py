@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> None:
     print(json.dumps(done, indent=1))
 
 
-def _phases(path: Path) -> dict[str, float]:
+def phase_seconds(path: Path) -> dict[str, float]:
     """nvcc --time's CSV (`source file name , phase name , ... , metric , unit`: ms per phase), seconds by phase."""
     out: dict[str, float] = {}
     with path.open(newline="") as fh:
@@ -92,7 +92,7 @@ def report(args: argparse.Namespace) -> None:
     runs = {r["file"]: r for r in json.loads((args.raw / "runs.json").read_text())}
     files = {}
     for name, r in runs.items():
-        phases = _phases(args.raw / f"{name}.csv") if (args.raw / f"{name}.csv").is_file() else {}
+        phases = phase_seconds(args.raw / f"{name}.csv") if (args.raw / f"{name}.csv").is_file() else {}
         files[name] = {"rc": r["rc"], "wall_s": r["wall_s"], "phases_s": phases}
     tus = {}
     for name in files:
