@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import textwrap
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import git
 import pytest
@@ -37,6 +39,17 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.invalid",
     "GIT_AUTHOR_DATE": "2026-01-02T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-02T00:00:00+00:00",
 }
+
+
+def load_bench_script(path: str, name: str) -> ModuleType:
+    """A bench/ script (not a package) as module `name`, registered in sys.modules before it runs: dataclasses look
+    their module up by name while the class is made."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def commit_files(repo_dir: Path, files: dict[str, str | None], message: str = "change") -> str:

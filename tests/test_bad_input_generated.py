@@ -8,8 +8,6 @@ project and the judging are the study's (bench/faults/bad_input.py, which runs t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,19 +15,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_bench_script
 
-
-def _study() -> Any:
-    spec = importlib.util.spec_from_file_location("bad_input", REPO_ROOT / "bench" / "faults" / "bad_input.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bad_input"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-study = _study()
+study = load_bench_script("bench/faults/bad_input.py", "bad_input")
 SETTINGS = settings(derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -12,27 +12,15 @@ The servers and cases are the study's (bench/faults/network.py), which runs more
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_bench_script
 
-
-def _study() -> Any:
-    spec = importlib.util.spec_from_file_location("network_faults", REPO_ROOT / "bench" / "faults" / "network.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["network_faults"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-study = _study()
+study = load_bench_script("bench/faults/network.py", "network_faults")
 pytestmark = pytest.mark.xdist_group(name="network_faults")
 
 
