@@ -9,7 +9,12 @@ line naming what is wrong and the fix, with its kind's exit code (BuildError 6, 
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shlex
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,12 +22,23 @@ import pytest
 from build_kernel import lock, process, toolchain
 from build_kernel import plan as plan_mod
 from build_kernel.archs import parse_arch_list
-from build_kernel.errors import BuildError, ToolchainError
+from build_kernel.errors import BuildError, RecipeError, ToolchainError
 from build_kernel.recipe.load import load
-from build_kernel.stages.builder import backends, cudawheels, devrelease, wheelindex, wheelpins
+from build_kernel.stages.builder import (
+    backends,
+    buildenv,
+    cudawheels,
+    devrelease,
+    provenance,
+    runner,
+    scheduling,
+    wheelindex,
+    wheelpins,
+)
 from build_kernel.stages.fetch import pins
 from build_kernel.toolchain import Facts
 from tests.conftest import write_recipe, write_series
+from tests.test_publish import make_wheel
 
 
 def test_setuptools_version_file_without_a_version_line(tmp_path: Path) -> None:
@@ -146,3 +162,116 @@ def test_a_file_index_folder_that_is_not_there(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as info:
         wheelindex.listed(f"{missing.as_uri()}/", "torch", {})
     assert info.value.message == f"cannot read the index {missing.as_uri()}/torch/: {missing} does not exist"
+
+
+def _plan(project: Path, tmp_path: Path, env: dict[str, str] | None = None) -> plan_mod.Plan:
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "b", f"""\
+        [source]
+        repo = "https://example.invalid/x.git"
+        commit = "{'a' * 40}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        """)
+    return plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), **(env or {})}, cache_dir=tmp_path / "cache",
+                            output_dir=tmp_path / "out")
+
+
+def _pip(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real pip, none of this host's pip configuration (its constraints, find-links) read."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], env=env,
+                          capture_output=True, text=True, check=False)
+
+
+def test_installing_torch_from_an_index_that_refuses_or_lacks_it(tmp_path: Path) -> None:
+    """pip's own output for a torch index nobody listens on (connection refused: no network needed), then for
+    an index folder without torch (--quiet, as the build environment runs pip), read as the build environment reads
+    a failed install."""
+    index, log = "http://127.0.0.1:9/whl/cu130", tmp_path / "env.log"
+    argv = ["pip", "install", "--retries", "1", "--timeout", "2", "--index-url", index, "--target",
+            str(tmp_path / "t"), "torch==2.9.1"]
+    refused = _pip(tmp_path, *argv[1:])
+    assert refused.returncode != 0
+    error = buildenv._install_failure(argv, refused.returncode, refused.stderr + refused.stdout, "2.9.1", index, log,
+                                      "mirrors.toml")
+    assert error.exit_code == 3
+    assert error.render() == (
+        f"installing torch 2.9.1: pip could not reach the torch index {index}: Connection refused; full log: {log} "
+        "(check the network, the proxy and pip's configuration (`pip config list`), or map the index to a mirror you "
+        "can reach in mirrors.toml)")
+    (tmp_path / "empty").mkdir()
+    argv = ["pip", "install", "--quiet", "--no-index", "--find-links", str(tmp_path / "empty"), "--target", str(tmp_path / "t"),
+            "torch==2.9.1"]
+    lacking = _pip(tmp_path, *argv[1:])
+    error = buildenv._install_failure(argv, lacking.returncode, lacking.stderr + lacking.stdout, "2.9.1", index, log,
+                                      "mirrors.toml")
+    assert error.render() == (
+        f"installing torch 2.9.1: `{shlex.join(argv)}` exited 1: ERROR: No matching distribution found for "
+        f"torch==2.9.1; full log: {log} (check [toolchain] torch / torch_index, or set torch = \"existing\")")
+
+
+def test_a_locked_torch_whose_file_changed(project: Path, tmp_path: Path) -> None:
+    """A real pip refusing a real wheel whose bytes are not the ones locked."""
+    plan = _plan(project, tmp_path)
+    wheel = make_wheel(tmp_path / "idx", "torch", "2.9.1")
+    locked = "0" * 64
+    proc = _pip(tmp_path, "download", "--no-deps", "--no-index", "-d", str(tmp_path / "dl"),
+                f"torch @ {wheel.as_uri()}#sha256={locked}")
+    assert proc.returncode != 0
+    pin = wheelpins.WheelPin("toolchain.torch", "torch", "2.9.1", "https://download.pytorch.org/whl/cu130",
+                             "https://download.pytorch.org/whl/cu130")
+    found = wheelpins.Locked("2.9.1", wheel.as_uri(), locked, wheel.name, "cp311-linux_x86_64")
+    error = wheelpins.hash_mismatch(plan, pin, found, proc.stderr + proc.stdout, tmp_path / "env.log")
+    assert error is not None and error.exit_code == 3
+    got = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert error.message == (f"[toolchain.torch] torch 2.9.1: the file at {wheel.as_uri()} does not match "
+                             f"{pins.lock_path(plan)} (sha256 {locked[:16]}... locked, {got[:16]}... downloaded); "
+                             f"nothing installed; full log: {tmp_path / 'env.log'}")
+    assert "\n" not in error.render()
+
+
+def test_a_scheduler_the_environment_names_that_does_not_exist(project: Path, tmp_path: Path) -> None:
+    plan = _plan(project, tmp_path, {"BUILD_KERNEL_SCHEDULER": "fastest"})
+    with pytest.raises(RecipeError) as info:
+        scheduling.choose(plan, "1.12.1", tmp_path / "work")
+    assert info.value.exit_code == 2
+    assert info.value.render() == ("environment BUILD_KERNEL_SCHEDULER (--compile-scheduler): scheduler 'fastest' is "
+                                   "not one of auto, static, governor (e.g. BUILD_KERNEL_SCHEDULER=governor)")
+
+
+def test_a_project_whose_project_table_is_inline(tmp_path: Path) -> None:
+    """tomllib reads its version (read_version passes), and no `[project]` table is there to stamp it in."""
+    (tmp_path / "pyproject.toml").write_text('project = { name = "pkg", version = "1.0" }\n')
+    backend = backends.ScikitBuildCore()
+    assert backend.read_version(tmp_path) == "1.0"
+    with pytest.raises(BuildError) as info:
+        backend.stamp_version(tmp_path, "1.0+cu130")
+    assert info.value.exit_code == 6
+    assert info.value.render() == (f"{tmp_path / 'pyproject.toml'}: no [project] table to stamp (write [project] as a "
+                                   "table with its own `version = \"...\"` line)")
+
+
+def test_a_backend_wheel_without_metadata(tmp_path: Path) -> None:
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("pkg/__init__.py", "")
+    with pytest.raises(BuildError) as info:
+        provenance.inject(wheel, sys.executable, {}, tmp_path / "work", tmp_path / "log", epoch=provenance.ZIP_EPOCH_MIN)
+    assert info.value.render() == (f"{wheel.name} has no .dist-info/METADATA (the build backend wrote a broken wheel: "
+                                   "see the build log)")
+
+
+def test_a_compile_oom_killed_with_one_job_left(tmp_path: Path) -> None:
+    """The build command a real program that prints what g++ prints when the OOM killer took cc1plus."""
+    script = tmp_path / "build.py"
+    script.write_text("import sys\nprint('g++: fatal error: Killed signal terminated program cc1plus')\nsys.exit(1)\n")
+    log = tmp_path / "build.log"
+    with pytest.raises(BuildError) as info:
+        runner.build_with_retries([sys.executable, str(script)], lambda jobs: dict(os.environ), cwd=tmp_path,
+                                  log_path=log, jobs=1, max_oom_retries=2)
+    assert info.value.render() == (f"compile OOM-killed (Killed signal terminated program cc1plus) even with 1 job(s); "
+                                   f"full log: {log} (free memory, lower [build] nvcc_threads, or build fewer archs)")

@@ -181,3 +181,15 @@ def test_fa3_from_the_model_without_a_model_or_with_a_broken_config(tmp_path: Pa
     [line] = info.value.problems
     assert line.startswith(f'build.fa3 = "model": {tmp_path / "config.json"} is no JSON config (')
     assert line.endswith('); fetch it again, or set fa3 = "listed" with fa3_head_dims')
+
+
+def test_values_outside_their_choices(recipes: Path) -> None:
+    """compile_cache and dist, each not one of its choices; an expected outcome's when_asked misspelt."""
+    path = write_recipe(recipes, "choices", HEAD + BUILD + 'compile_cache = "distcc"\ndist = "icecream"\n'
+                        '[test.expect."tests/test_a.py"]\noutcome = "skip"\nreason = "no GPU"\nwhen_asked = ["9.x"]\n')
+    assert problems(path) == [
+        f"{path}:10: build.compile_cache: 'distcc' is not one of none, ccache, sccache (e.g. compile_cache = \"ccache\")",
+        f"{path}:11: build.dist: 'icecream' is not one of none, sccache-dist (e.g. dist = \"sccache-dist\")",
+        f"{path}:15: test.expect.\"tests/test_a.py\".when_asked: unknown arch '9.x': write it as 12.0a, sm_120a, 120a "
+        "or 8.6+PTX (arch names, e.g. [\"9.0a\"])",
+    ]

@@ -57,7 +57,8 @@ def stamp_version(pyproject: Path, version: str) -> None:
     text = pyproject.read_text()
     section = re.search(r"(?ms)^\[project\]\s*$(.*?)(?=^\[|\Z)", text)
     if not section:
-        raise BuildError(f"{pyproject}: no [project] table to stamp")
+        raise BuildError(f"{pyproject}: no [project] table to stamp",
+                         hint="write [project] as a table with its own `version = \"...\"` line")
     body = re.sub(r'(?m)^(version\s*=\s*)["\'][^"\']*["\']', lambda m: f'{m.group(1)}"{version}"', section.group(1),
                   count=1)
     pyproject.write_text(text[: section.start(1)] + body + text[section.end(1):])
