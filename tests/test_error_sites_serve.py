@@ -29,6 +29,7 @@ from build_kernel.recipe import Serve
 from build_kernel.recipe.load import load
 from build_kernel.resources import Resources
 from build_kernel.stages.serve import (
+    ServeStage,
     api_key,
     bench,
     command,
@@ -38,6 +39,7 @@ from build_kernel.stages.serve import (
     jit_prewarm,
     launch,
     preflight,
+    rust_extensions,
     sglang_dist,
     unit,
     wheelhouse,
@@ -333,3 +335,75 @@ def test_a_model_folder_that_does_not_exist(tmp_path: Path) -> None:
         command._model(None, str(tmp_path / "no-model"))  # type: ignore[arg-type] # the override is enough
     assert info.value.render() == (f"model folder {tmp_path / 'no-model'} does not exist (pass --model with a checkpoint "
                                    "folder or a hub id)")
+
+
+# --- what the server resolved, sglang's refusal, the wheelhouse, a Rust extension, the key file ----------
+
+def test_a_server_that_dies_before_it_is_healthy(tmp_path: Path) -> None:
+    """A server process that dies while loading, with the words of one whose kernels do not fit the GPU (the
+    sglang double takes seconds to start; this is a real process that prints and exits)."""
+    port = _free_port()
+    log_path = tmp_path / "server.log"
+    argv = [sys.executable, "-c", "print('RuntimeError: CUDA error: no kernel image is available for execution on the "
+            "device', flush=True); raise SystemExit(3)"]
+    with pytest.raises(ServeError) as info, launch.running(argv, dict(os.environ), host="127.0.0.1", port=port,
+                                                           timeout=30, log_path=log_path):
+        pass
+    assert info.value.exit_code == 9
+    assert info.value.render() == ("the server exited with code 3 before it was healthy: RuntimeError: CUDA error: no "
+                                   f"kernel image is available for execution on the device (see {log_path})")
+
+
+def test_a_server_log_that_does_not_say_what_it_resolved(tmp_path: Path) -> None:
+    """sglang's start-up log above --log-level info: no server_args line, so nothing asked can be confirmed."""
+    log_path = tmp_path / "server.log"
+    log_path.write_text("[2026-12-07 10:00:00] earlier run\n")
+    start = log_path.stat().st_size
+    with log_path.open("a") as fh:
+        fh.write("[2026-12-07 10:01:00] Load weight end. type=LlamaForCausalLM\n")
+    with pytest.raises(ServeError) as info:
+        ServeStage("launch")._audit(log_path, start, {"attention_backend": "fa3"})
+    assert info.value.render() == (
+        "the server does not run what the recipe asked: sglang's startup log has no server_args=ServerArgs(...) line, "
+        f"so what it resolved is unknown (is --log-level above info?) (see {log_path}; change [serve] args, or pass "
+        "--force to serve anyway)")
+
+
+def test_the_flag_parser_refusing_a_value() -> None:
+    """The flag-parsing child's answer when sglang's argparse refuses a value (flags.py's protocol)."""
+    with pytest.raises(ServeError) as info:
+        flags._outcome("/srv/env/bin/python", {"error": "argument --kv-cache-dtype: invalid choice: 'fp9'",
+                                               "sglang": "0.5.9", "unknown": {}})
+    assert info.value.render() == ("sglang 0.5.9 refuses the flags: argument --kv-cache-dtype: invalid choice: 'fp9' "
+                                   "(fix [serve] args in the recipe)")
+
+
+def test_a_wheelhouse_without_the_sglang_wheel(tmp_path: Path) -> None:
+    """A real wheelhouse holding only sglang's sdist-less neighbour, the target this interpreter's real tags."""
+    folder = tmp_path / "wheelhouse"
+    make_wheel(folder, "sglang-router", "0.5.9")
+    tgt = wheelhouse.target(sys.executable, dict(os.environ))
+    with pytest.raises(ServeError) as info:
+        install._release_wheel(folder, "0.5.9", tgt)
+    assert info.value.render() == (f"the wheelhouse {folder} lacks sglang==0.5.9 (a wheel) (add it: `pip download -d "
+                                   f"{folder} --no-deps sglang==0.5.9` on a host with an index)")
+
+
+def test_a_source_tree_whose_module_imports_its_rust_extension(tmp_path: Path) -> None:
+    project = tmp_path / "python"
+    (project / "sglang" / "srt" / "grpc").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[project]\nname = "sglang"\n[[tool.setuptools-rust.ext-modules]]\n'
+                                            'target = "sglang.srt.grpc._core"\npath = "../rust/Cargo.toml"\n')
+    (project / "sglang" / "srt" / "grpc" / "server.py").write_text("import os\nfrom . import _core\n")
+    with pytest.raises(ServeError) as info:
+        rust_extensions.leave_out(project, "sglang @ 0123456789ab")
+    assert info.value.render() == (
+        "sglang @ 0123456789ab: sglang/srt/grpc/server.py:2 imports the Rust extension sglang.srt.grpc._core, which a "
+        "source build of python/ leaves out (it needs cargo and a crate outside python/) (set [serve] sglang = "
+        "\"release\" and [toolchain] sglang to a release wheel)")
+
+
+def test_an_api_key_path_that_is_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ServeError) as info:
+        api_key.read(tmp_path)
+    assert info.value.render() == f"the API key file {tmp_path} is not a file (point [serve] api_key_file at a file)"
