@@ -9,6 +9,7 @@ once per session by the demo_build fixture). Each failure is one line naming the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from build_kernel import plan as plan_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
-from build_kernel.stages.verify import installed, jit_cache, prune_proof
+from build_kernel.recipe.load import load
+from build_kernel.recipe.model import Verify
+from build_kernel.stages.verify import checks, installed, jit_cache, prune_proof, rebuild
 from build_kernel.stages.verify.installed import stale
 from tests.conftest import DemoBuild, write_recipe, write_series
 
@@ -106,3 +110,66 @@ def test_doctor_installed_on_an_interpreter_that_lists_nothing() -> None:
     with pytest.raises(VerifyError) as info:
         stale.scan(true, dict(os.environ), None)
     assert info.value.render() == f"could not list the packages of {true}: ? (pass --python PATH of a working interpreter)"
+
+
+# --- verify --rebuild: what the wheel says about itself ------------------------------------------
+
+def test_rebuild_of_a_wheel_without_or_with_too_little_provenance(tmp_path: Path) -> None:
+    pure = _pure_wheel(tmp_path)
+    with pytest.raises(VerifyError) as info:
+        rebuild.of(pure)
+    assert info.value.exit_code == 7
+    assert info.value.render() == (f"{pure.name} carries no build-kernel provenance (build_kernel_provenance.json) "
+                                   "(only a wheel build-kernel built can be rebuilt from what it says about itself)")
+    old = tmp_path / "old" / pure.name
+    old.parent.mkdir()
+    with zipfile.ZipFile(pure) as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item))
+        dst.writestr("demo_pkg-1.0.dist-info/build_kernel_provenance.json", json.dumps({"recipe": "demo"}))
+    with pytest.raises(VerifyError) as info:
+        rebuild.of(old)
+    assert info.value.render() == (f"{pure.name}'s provenance lacks commit, series_digest, archs (the wheel is older "
+                                   "than the provenance a rebuild needs: build it again with this build-kernel, then "
+                                   "rebuild that)")
+
+
+def test_rebuild_with_a_recipe_edited_since_the_wheel(project: Path, tmp_path: Path) -> None:
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "edited", f"""\
+        [source]
+        repo = "https://example.invalid/x.git"
+        commit = "{'a' * 40}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        """)
+    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path)}, cache_dir=tmp_path / "cache",
+                            output_dir=tmp_path / "out")
+    said = {"recipe": "edited", "recipe_digest": "0" * 16, "commit": "a" * 40}
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with pytest.raises(VerifyError) as info:
+        rebuild.check_plan(wheel, said, plan)
+    assert info.value.render() == (f"{wheel.name} was built by recipe edited with digest {'0' * 16}; {path} now has "
+                                   f"digest {plan.recipe.digest} (pass the recipe file that built the wheel (--recipe "
+                                   "PATH), e.g. from the git history)")
+
+
+def test_a_library_that_calls_code_the_build_left_out(tmp_path: Path) -> None:
+    """A real host library (gcc) calling a function nothing defines, in a real wheel; a static verify binds its
+    symbols as its import would (ldd -r) and names the missing one."""
+    (tmp_path / "ops.c").write_text("int kernel_impl(int);\nint entry(int a) { return kernel_impl(a); }\n")
+    so = tmp_path / "_C.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "ops.c")], check=True, capture_output=True)
+    wheel = tmp_path / "demo_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(so, "demo_pkg/_C.so")
+        zf.writestr("demo_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n")
+        zf.writestr("demo_pkg-1.0.dist-info/RECORD", "")
+    report = checks.verify(wheel, Verify(), ARCHS, env=dict(os.environ), static=True)
+    assert not report.passed
+    assert ("demo_pkg/_C.so: 1 symbol(s) that no library it loads defines, e.g. kernel_impl: its import fails with "
+            "'undefined symbol' (the build left out the code that defines them while a caller stayed: rebuild with "
+            "those sources; `nm -D --undefined-only _C.so` lists them)") in report.failures
