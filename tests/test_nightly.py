@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -351,6 +352,27 @@ def test_a_tag_pattern_follows_the_newest_release(tmp_path: Path) -> None:
     assert upstream.newest_tag(plan, "v0.4.*", str(repo_dir)) == "v0.4.10"
     with pytest.raises(FetchError, match=r"no tag of .* matches 'v9\.\*' \(5 tag\(s\) there\)"):
         upstream.newest_tag(plan, "v9.*", str(repo_dir))
+
+
+def test_a_tag_server_that_never_answers_is_a_timeout_not_a_hang(tmp_path: Path) -> None:
+    """`git ls-remote` of a tag pattern under the network's fetch timeout: a real `git://` socket that accepts and
+    never answers (the kernel's backlog accepts; nothing reads or writes) fails the night in 1 s with the fix."""
+    from build_kernel import recipe as recipes
+    from build_kernel.errors import FetchError
+    from build_kernel.nightly import upstream
+    from build_kernel.plan import resolve
+
+    plan = resolve(recipes.load("demo-cppext"), env={"PATH": os.environ["PATH"], "BUILD_KERNEL_FETCH_TIMEOUT": "1"},
+                   cache_dir=tmp_path / "cache")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"git://127.0.0.1:{silent.getsockname()[1]}/upstream.git"
+        started = time.monotonic()
+        with pytest.raises(FetchError, match=r"listing the tags of git://.*did not finish in 1 s") as caught:
+            upstream.newest_tag(plan, "v0.4.*", url)
+        assert time.monotonic() - started < 10
+    assert "raise BUILD_KERNEL_FETCH_TIMEOUT" in (caught.value.hint or "")
 
 
 def _two_versions(tmp_path: Path, pinned: str) -> tuple[Plan, str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from build_kernel import process
+from build_kernel import network, process
 from build_kernel.errors import FetchError
 from build_kernel.plan import Plan
 from build_kernel.stages.fetch import remote as fetch
@@ -55,8 +55,12 @@ def newest_tag(plan: Plan, pattern: str, url: str | None = None) -> str:
     """The newest tag of the recipe's repository (or `url`) matching the glob `pattern` (by PEP 440 after a
     leading `v`, else by name), asked with `git ls-remote`: nothing fetched."""
     url = url or fetch.resolve_url(plan.recipe.source.repo, plan.cache_dir, plan.recipe.root)
-    proc = process.run(["git", "ls-remote", "--tags", "--refs", url], error=FetchError,
-                       what=f"listing the tags of {url}", env=plan.env, check=True)
+    # The network's own limits (network.py): git's HTTP stall timeout, and the fetch timeout for every protocol (a
+    # `git://` or ssh server that accepts and never answers would hold the night forever).
+    net = network.settings(plan.env)
+    proc = process.run(["git", *net.git_options(), "ls-remote", "--tags", "--refs", url], error=FetchError,
+                       what=f"listing the tags of {url}", env=plan.env, check=True, timeout=net.fetch_cap_s,
+                       fix=f"check the server and your network, or raise {network.FETCH_TIMEOUT_ENV}")
     tags = [line.split("refs/tags/", 1)[1] for line in proc.stdout.splitlines() if "refs/tags/" in line]
     matching = [t for t in tags if fnmatch.fnmatchcase(t, pattern)]
     if not matching:
