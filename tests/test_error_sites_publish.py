@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from build_kernel import plan as plan_mod
+from build_kernel.cli import cli
 from build_kernel.errors import PublishError
 from build_kernel.recipe.load import load
 from build_kernel.stages import Context, upstream_tests
@@ -141,3 +143,44 @@ def test_a_wheel_whose_own_tests_went_red_is_not_published(project: Path, tmp_pa
     assert info.value.render() == (
         f"{wheel.name}: the package's own tests went red (tests/test_a.py::test_one) (see {wheel}.tests.json; fix the "
         "build, or list a known failure under [test.expect] with its evidence; --force publishes it anyway)")
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A real read-only tmpfs: not writable even by root (access(2) says EROFS). Mounting needs root: elsewhere
+    the test skips, saying so."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                          capture_output=True, text=True, check=False) if shutil.which("mount") else None
+    if done is None or done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip() if done else 'no mount'}")
+    yield folder
+    subprocess.run(["umount", "--lazy", str(folder)], check=False)
+
+
+def test_a_static_folder_on_a_read_only_file_system(tmp_path: Path, read_only: Path) -> None:
+    folder = read_only / "index"
+    env = clean_env()
+    with pytest.raises(PublishError) as info:
+        pub.check_target(target_for(str(folder), tmp_path, env))
+    assert info.value.exit_code == 8
+    assert info.value.render() == (f"cannot publish into {folder}: {read_only} is not writable (fix its permissions, "
+                                   "or pass --to a folder you can write)")
+
+
+def test_a_static_folder_whose_name_is_too_long_through_the_cli(tmp_path: Path) -> None:
+    """A name over the file system's 255 bytes (ENAMETOOLONG): one line, exit 8, before anything is copied."""
+    wheel = make_wheel(tmp_path / "in", "bk-long", "1.0")
+    folder = tmp_path / ("i" * 300) / "simple"
+    runner = CliRunner(env={**clean_env(), "NO_COLOR": "1", "COLUMNS": "1000",
+                            "BUILD_KERNEL_CACHE_DIR": str(tmp_path / "cache"),
+                            "BUILD_KERNEL_CONFIG": str(tmp_path / "none.toml")})
+    result = runner.invoke(cli, ["publish", str(wheel), "--to", str(folder)], prog_name="build-kernel",
+                           catch_exceptions=False)
+    assert result.exit_code == 8, result.output
+    *progress, last = result.output.strip().splitlines()
+    assert [line.split(" wheel(s) to ")[0] for line in progress] == ["▶ publish 1", "✕ publish 1"]  # the step's lines
+    assert [last] == [
+        f"error: cannot publish into {folder}: File name too long (pass --to a shorter folder path (at most 255 bytes "
+        "a name, 4096 in all))"]

@@ -156,7 +156,11 @@ def check_target(target: Target) -> None:
     if target.kind != "static":
         return
     folder = target.path
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    try:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+    except OSError as exc:  # a name over the file system's limit (ENAMETOOLONG): exists() raises, not False
+        raise target.fail(f"cannot publish into {folder}: {exc.strerror}",
+                          "pass --to a shorter folder path (at most 255 bytes a name, 4096 in all)") from None
     if not existing.is_dir():
         raise target.fail(f"cannot publish into {folder}: {existing} is a file, not a folder",
                           "pass --to a folder path (or set [publish] target to one)")
