@@ -449,3 +449,25 @@ def test_a_patch_only_a_newer_version_than_the_recipes_carries_may_be_left_out(t
     assert choice.chosen is not None and choice.chosen.directory.name == "v1"
     assert choice.conflict is None and choice.downgrades == ()
     assert choice.to_dict()["tried"] == [{"version": "v2", "why_not": "0002-closing-line.patch conflicts"}]
+
+
+def test_the_nightly_uses_no_other_modules_private_names() -> None:
+    """build_kernel/nightly/ and its commands reach into no other module's privates (`from m import _x`, `m._x`):
+    patch health's per-commit machinery they share (Fetcher, Tree, pyproject_version) is its public interface."""
+    import ast
+
+    found = []
+    for path in [*sorted((REPO_ROOT / "build_kernel" / "nightly").glob("*.py")),
+                 *sorted((REPO_ROOT / "build_kernel" / "cli").glob("nightly*.py"))]:
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("build_kernel"):
+                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+                modules |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("build_kernel")}
+        found += [f"{path.name}:{node.lineno} {node.value.id}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                  and node.attr.startswith("_") and not node.attr.startswith("__")]
+    assert found == []

@@ -169,7 +169,7 @@ def test_blobs_read_as_text_whatever_their_bytes(tmp_path: Path) -> None:
     found = patch_health._blobs(tmp_path / "r", [*oids[:2], missing, *oids[2:]], os.environ)
     assert missing not in found
     assert [found[o].replace("\r\n", "\n") for o in oids] == [t.replace("\r\n", "\n") for t in texts.values()]
-    assert patch_health._version(found[oids[0]]) == "1.0" and patch_health._version(found[oids[2]]) == "2.0"
+    assert patch_health.pyproject_version(found[oids[0]]) == "1.0" and patch_health.pyproject_version(found[oids[2]]) == "2.0"
 
 
 def test_git_failure_in_the_mirror_is_one_line_fetch_error(tmp_path: Path) -> None:

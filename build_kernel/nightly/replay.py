@@ -7,7 +7,7 @@ package's folder (what a nightly at midnight would have found), B last. Each nig
   plan      the package version at that commit, the recipe's archs;
   series    the newest version of the recipe's series that applies whole there and is no silent downgrade (an
             older version than the last good night's only where every patch it lacks is retired), checked with
-            patch health's own per-commit machinery (health._Tree: the package's files at that commit, every patch
+            patch health's own per-commit machinery (health.Tree: the package's files at that commit, every patch
             on a private index); the versions are those in patches/ when the replay starts (one added while it
             runs does not change its later nights);
   conflict  none applying: the last good night's series' first patch that does not apply, its hunk, and the first
@@ -77,7 +77,7 @@ def nights_of(mirror: Path, start: str, end: str, subdir: str, env: Mapping[str,
     return [first, *rest]
 
 
-def _pins(mirror: Path, sha: str, get: health._Fetcher, env: Mapping[str, str]) -> dict[str, str]:
+def _pins(mirror: Path, sha: str, get: health.Fetcher, env: Mapping[str, str]) -> dict[str, str]:
     """The pins sglang's python/pyproject.toml names at `sha` (its lock of torch, flashinfer and the kernel)."""
     oid = git(mirror, "rev-parse", "--verify", "--quiet", f"{sha}:python/pyproject.toml", env=env).stdout.strip()
     if not oid:
@@ -114,7 +114,7 @@ def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool, 
     others = tuple(s for s in candidates if s.name != plan.series.name)
     since = rev_parse(mirror, f"{start}^", plan.env)
     if since is None and not offline:  # a mirror holding the pins alone has no parents: fetch the branch's history
-        get = health._Fetcher(plan, fetch.resolve_url(plan.recipe.source.repo, plan.cache_dir, plan.recipe.root),
+        get = health.Fetcher(plan, fetch.resolve_url(plan.recipe.source.repo, plan.cache_dir, plan.recipe.root),
                               offline)
         get("HEAD", (pyproject,), floating=True)
         since = rev_parse(mirror, f"{start}^", plan.env)  # None still: the range starts at upstream's first commit
@@ -128,7 +128,7 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     wheel and logs of the nights that were really built, by commit (the sample), merged into their records."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
-    get = health._Fetcher(plan, url, offline)
+    get = health.Fetcher(plan, url, offline)
     pyproject = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
     mirror, end_sha = get(end, (pyproject,), floating=True)
     start_sha = rev_parse(mirror, start, plan.env) or get(start, (pyproject,), floating=True)[1]
@@ -141,7 +141,7 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     records, details = [], []
     # Beside the choice: which of the recipe's own patches upstream has (Applied-Upstream in the night's history),
     # whatever series the nights chose: what a version without them leaves out for a reason, not by accident.
-    where = health._Tree(get, mirror, state_dir / ".replay-unused-tree", pyproject)  # its mirror only: no checkout
+    where = health.Tree(get, mirror, state_dir / ".replay-unused-tree", pyproject)  # its mirror only: no checkout
     fixes = upstreamed.resolve(plan.series.patches, where)
     good: tuple[str, Series] | None = None  # the last good night's commit and series
     pins_before: dict[str, str] | None = None
@@ -210,12 +210,12 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
     return records
 
 
-def _version(mirror: Path, sha: str, pyproject: str, get: health._Fetcher) -> str | None:
+def _version(mirror: Path, sha: str, pyproject: str, get: health.Fetcher) -> str | None:
     oid = git(mirror, "rev-parse", "--verify", "--quiet", f"{sha}:{pyproject}", env=get.env).stdout.strip()
     if not oid:
         return None
     get.objects([oid])
-    return health._version(out(mirror, "cat-file", "blob", oid, env=get.env))
+    return health.pyproject_version(out(mirror, "cat-file", "blob", oid, env=get.env))
 
 
 def lines(records: list[dict[str, Any]]) -> str:

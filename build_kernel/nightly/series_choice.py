@@ -31,7 +31,7 @@ from build_kernel.series import Series, load_series
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import apply as patches
 from build_kernel.stages.patch import upstreamed
-from build_kernel.stages.patch.health import _Fetcher, _Tree
+from build_kernel.stages.patch.health import Fetcher, Tree
 from build_kernel.stages.patch.healthrows import SeriesAt
 from build_kernel.stages.patch.mirrorgit import is_ancestor, out
 
@@ -88,7 +88,7 @@ def _files(series: Series, subdir: str) -> list[str]:
     return sorted(f"{subdir}/{n}" if subdir else n for n in names)
 
 
-def first_bad(tree: _Tree, series: Series, good: str, bad: str, subdir: str) -> str | None:
+def first_bad(tree: Tree, series: Series, good: str, bad: str, subdir: str) -> str | None:
     """The first first-parent commit after `good` (applies) up to `bad` (does not) where `series` stops applying;
     None when `good` is no ancestor of `bad` (a rewritten branch: nothing to bisect)."""
     env = tree.env
@@ -110,7 +110,7 @@ def first_bad(tree: _Tree, series: Series, good: str, bad: str, subdir: str) -> 
     return commits[lo]
 
 
-def _retired(tree: _Tree, series: Series, statuses: Sequence[patches.PatchStatus], commit: str) -> tuple[str, ...]:
+def _retired(tree: Tree, series: Series, statuses: Sequence[patches.PatchStatus], commit: str) -> tuple[str, ...]:
     """The series' patches upstream has at `commit`: verbatim (reverse applies) or by its declared fix."""
     fixes = upstreamed.resolve(series.patches, tree)
     declared = set(upstreamed.fixed_at(commit, fixes, tree))
@@ -150,14 +150,14 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
     fixes them at its start)."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
-    get = _Fetcher(plan, url, offline)
+    get = Fetcher(plan, url, offline)
     pyproject = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
     mirror, _ = get(commit, src.paths)
     tried: list[tuple[str, str]] = []
     downgrades: list[str] = []
     candidates = list(candidates if candidates is not None else versions(plan))
     with tempfile.TemporaryDirectory(prefix="bk-nightly-") as tmp:
-        tree = _Tree(get, mirror, Path(tmp) / "tree", pyproject)
+        tree = Tree(get, mirror, Path(tmp) / "tree", pyproject)
         ref_statuses = tree.check(commit, reference)
         retired = list(_retired(tree, reference, ref_statuses, commit))
         if plan.series.directory != reference.directory:

@@ -47,7 +47,7 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class _Fetcher:
+class Fetcher:
     """fetch.ensure_commit for this recipe's repository: the one way objects enter the mirror."""
 
     plan: Plan
@@ -66,7 +66,7 @@ class _Fetcher:
         fetch.fetch_objects(self.url, oids, self.plan.cache_dir, offline=self.offline, mirrors=self.plan.mirrors)
 
 
-def _until(get: _Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]:
+def _until(get: Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]:
     """The mirror and the newest commit to walk from (a branch or tag comes with its history)."""
     ref = until or get.plan.recipe.source.ref or "HEAD"
     try:
@@ -80,7 +80,7 @@ def _until(get: _Fetcher, until: str | None, pyproject: str) -> tuple[Path, str]
     return mirror, _rev_parse(mirror, sha, get.env) or sha  # an annotated tag: its commit
 
 
-def _since(get: _Fetcher, mirror: Path, since: str, pyproject: str) -> str:
+def _since(get: Fetcher, mirror: Path, since: str, pyproject: str) -> str:
     """`since` resolved in the mirror (a SHA, even abbreviated), else fetched as a ref."""
     sha = _rev_parse(mirror, since, get.env)
     if sha is not None:
@@ -104,7 +104,7 @@ def _cut(mirror: Path, until: str, since: str | None, env: Mapping[str, str]) ->
     return next((sha for sha in walked if sha in cut), None)
 
 
-def _ensure_history(get: _Fetcher, mirror: Path, until: str, since: str | None, pyproject: str) -> None:
+def _ensure_history(get: Fetcher, mirror: Path, until: str, since: str | None, pyproject: str) -> None:
     if _cut(mirror, until, since, get.env) is None:
         return
     if not get.offline:
@@ -150,7 +150,8 @@ def _blobs_one_by_one(mirror: Path, oids: list[str], env: Mapping[str, str]) -> 
     return found
 
 
-def _version(blob: str | None) -> str | None:
+def pyproject_version(blob: str | None) -> str | None:
+    """The [project] version of a pyproject.toml's text (None: no file, no version, or not TOML)."""
     if blob is None:
         return None
     try:
@@ -181,7 +182,7 @@ def _touching(mirror: Path, until: str, since: str | None, path: str,
     return found
 
 
-def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
+def version_commits(get: Fetcher, mirror: Path, until: str, since: str | None,
                     path: str) -> list[tuple[str, str, str]]:
     """(sha, date, version), oldest first, for the first-parent commits of `until` (after `since`)
     whose `[project] version` in `path` differs from their parent's."""
@@ -196,7 +197,7 @@ def version_commits(get: _Fetcher, mirror: Path, until: str, since: str | None,
     blobs = _blobs(mirror, list(holder), get.env)
     found = []
     for sha, date, old, new in commits:
-        version, before = _version(blobs.get(new)), _version(blobs.get(old))
+        version, before = pyproject_version(blobs.get(new)), pyproject_version(blobs.get(old))
         if version is not None and version != before:
             found.append((sha, date, version))
     return found
@@ -213,11 +214,11 @@ def other_series(plan: Plan, name: str) -> Series:
     return load_series(directory)
 
 
-class _Tree:
+class Tree:
     """One scratch clone for the walk and the search for where upstream caught up: check_series reads
     HEAD, so moving HEAD is all a commit needs. The recipe's series' states are kept per commit."""
 
-    def __init__(self, get: _Fetcher, mirror: Path, tree: Path, pyproject: str) -> None:
+    def __init__(self, get: Fetcher, mirror: Path, tree: Path, pyproject: str) -> None:
         self.get, self.mirror, self.tree, self.pyproject = get, mirror, tree, pyproject
         self.url, self.offline, self.env = get.url, get.offline, get.env
         self.made = False
@@ -257,14 +258,14 @@ def walk(plan: Plan, *, since: str | None = None, until: str | None = None, offl
     series: needed at the newest, or from which commit not (upstreamed.py)."""
     src = plan.recipe.source
     url = fetch.resolve_url(src.repo, plan.cache_dir, plan.recipe.root)
-    get = _Fetcher(plan, url, offline)
+    get = Fetcher(plan, url, offline)
     path = f"{src.subdir}/pyproject.toml" if src.subdir else "pyproject.toml"
     mirror, until_sha = _until(get, until, path)
     since_sha = _since(get, mirror, since, path) if since else None
     _ensure_history(get, mirror, until_sha, since_sha, path)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bk-health-") as tmp:
-        tree = _Tree(get, mirror, Path(tmp) / "tree", path)
+        tree = Tree(get, mirror, Path(tmp) / "tree", path)
         fixes = upstreamed.resolve(plan.series.patches, tree)  # a bad header fails before the walk says a word
         commits = version_commits(get, mirror, until_sha, since_sha, path)
         with log.step(f"patch health: {len(commits)} version change(s) of {path} up to {until_sha[:12]}"):
