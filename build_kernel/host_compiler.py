@@ -144,6 +144,11 @@ def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | Non
         return exc.render()
     if proc.returncode == 0:
         return None
+    tmpdir = (os.environ if env is None else env).get("TMPDIR")
+    if tmpdir and "Could not open output file" in proc.stderr and not os.path.isdir(tmpdir):
+        # nvcc writes its intermediate files there and says only that it could not open one
+        what = "is not a folder" if os.path.exists(tmpdir) else "does not exist"
+        return f"TMPDIR={tmpdir} {what}, and nvcc writes its temporary files there (create it, or unset TMPDIR)"
     reason = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
     return f"nvcc rejects host compiler {cxx or 'default'}: {reason.strip()} (install a supported gcc and set CXX / CUDAHOSTCXX)"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from build_kernel import lock, process, toolchain
+from build_kernel import host_compiler, lock, process, toolchain
 from build_kernel import plan as plan_mod
 from build_kernel.archs import parse_arch_list
 from build_kernel.errors import BuildError, RecipeError, ToolchainError
@@ -275,3 +276,20 @@ def test_a_compile_oom_killed_with_one_job_left(tmp_path: Path) -> None:
                                   log_path=log, jobs=1, max_oom_retries=2)
     assert info.value.render() == (f"compile OOM-killed (Killed signal terminated program cc1plus) even with 1 job(s); "
                                    f"full log: {log} (free memory, lower [build] nvcc_threads, or build fewer archs)")
+
+
+def test_a_tmpdir_that_does_not_exist_is_named_not_the_host_compiler(tmp_path: Path) -> None:
+    """The real nvcc in a TMPDIR that is missing (or a file) says only `Could not open output file`: the build's
+    preflight names TMPDIR, not the host compiler."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    for tmpdir, what in ((tmp_path / "gone" / "tmp", "does not exist"), (tmp_path / "file", "is not a folder")):
+        if what == "is not a folder":
+            tmpdir.write_text("")
+        problem = host_compiler.check_host_compiler(nvcc, None, env={**os.environ, "TMPDIR": str(tmpdir)})
+        assert problem == (f"TMPDIR={tmpdir} {what}, and nvcc writes its temporary files there (create it, or unset "
+                           "TMPDIR)")
+        with pytest.raises(ToolchainError) as info:
+            toolchain.require([problem])
+        assert info.value.exit_code == 3
