@@ -39,6 +39,7 @@ USAGE = [
      "--check goes with --launch or --bench (it needs a live server)"),
     (["nightly", "--recipe", "demo", "--night", "2026/12/07"],
      "--night '2026/12/07' is not a date: write YYYY-MM-DD, e.g. --night 2026-12-07"),
+    (["nightly", "--cron"], "no recipe given: pass --recipe NAME (see `build-kernel recipes list`)"),
     (["jit-prewarm", "--recipe", "demo"],
      'the recipe demo has no [serve] jit_prewarm (e.g. jit_prewarm = ["sglang.jit_kernel.nvfp4"])'),
 ]
