@@ -100,8 +100,7 @@ class Launcher:
 
     def _exe(self, where: Where) -> str:
         exe = self.launcher(where.env)
-        if exe is None:
-            raise BuildError(f"{self.name} is not on PATH", hint=self.install)
+        assert exe is not None, "open_session asks missing() first, with the same environment"
         return exe
 
 
