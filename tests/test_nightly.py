@@ -375,9 +375,10 @@ def test_a_tag_server_that_never_answers_is_a_timeout_not_a_hang(tmp_path: Path)
     assert "raise BUILD_KERNEL_FETCH_TIMEOUT" in (caught.value.hint or "")
 
 
-def _two_versions(tmp_path: Path, pinned: str) -> tuple[Plan, str, str]:
+def _two_versions(tmp_path: Path, pinned: str, omitted: str = "") -> tuple[Plan, str, str]:
     """A real upstream (A: the miniature, B: its closing line changed, so 0002 conflicts), series v1 (0001) and v2
-    (0001 + 0002), and the nightly demo recipe pinning `pinned`: its plan, A and B."""
+    (0001 + 0002), and the nightly demo recipe pinning `pinned` (`omitted`: its [patches.omitted] lines): its plan,
+    A and B."""
     from build_kernel import recipe as recipes
     from build_kernel.plan import resolve
 
@@ -395,7 +396,7 @@ def _two_versions(tmp_path: Path, pinned: str) -> tuple[Plan, str, str]:
             .replace('commit = "806180d731961fa7ee126d761559c41473c88b66"', f'commit = "{good}"')
             .replace('ref = "examples/minicppext"', 'ref = "main"')
             .replace('series = "minicppext"', 'series = "minicppext-nightly"')
-            .replace('version = "v1"', f'version = "{pinned}"'))
+            .replace('version = "v1"', f'version = "{pinned}"' + (f"\n\n[patches.omitted]\n{omitted}" if omitted else "")))
     path = write_recipe(tmp_path, "nightly-demo", text)
     plan = resolve(recipes.load(str(path)), env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
                    cache_dir=tmp_path / "cache")
@@ -471,3 +472,18 @@ def test_the_nightly_uses_no_other_modules_private_names() -> None:
                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
                   and node.attr.startswith("_") and not node.attr.startswith("__")]
     assert found == []
+
+
+def test_a_version_carrying_a_patch_the_recipe_leaves_out_is_no_candidate(tmp_path: Path) -> None:
+    """The recipe pins v1 and lists v2's 0002 in [patches.omitted] (declined, with a reason): at A, where v2 (newer)
+    applies whole, the night builds v1 and `tried` names 0002 and the recipe's reason; nothing conflicts."""
+    from build_kernel.nightly import series_choice
+
+    plan, good, _ = _two_versions(tmp_path, "v1", '"0002-closing-line" = "not measured yet"')
+    assert plan.recipe.patches.omitted == {"0002-closing-line": "not measured yet"}
+    choice = series_choice.choose(plan, good, reference=plan.series, good=None)
+    assert choice.chosen is not None and choice.chosen.directory.name == "v1"
+    assert choice.conflict is None and choice.downgrades == ()
+    assert choice.to_dict()["tried"] == [{"version": "v2", "why_not": "carries 0002-closing-line.patch, which the "
+                                                                       "recipe leaves out ([patches.omitted]: not "
+                                                                       "measured yet)"}]

@@ -15,6 +15,10 @@ experiment such as v13's header diet) is no promise the recipe made: a night may
 left the night is the reference's conflict: its patch, hunk and first bad commit. Retired patches are those of the
 reference and of the recipe's own version (a night on an older reference still says when the recipe's patch went
 upstream).
+
+The recipe's refusals stand: a version carrying a patch the recipe lists in [patches.omitted] (left out with a reason,
+e.g. v13's header diet "not taken yet") is no candidate, whichever is newer; `tried` says which patch and why. A
+night builds what the recipe would build with a newer version, never a patch its author declined.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from build_kernel import log
 from build_kernel.plan import Plan
-from build_kernel.series import Series, load_series
+from build_kernel.series import Series, load_series, patch_stem
 from build_kernel.stages.fetch import remote as fetch
 from build_kernel.stages.patch import apply as patches
 from build_kernel.stages.patch import upstreamed
@@ -142,6 +146,15 @@ def _older_why_not(candidate: Series, reference: Series, retired: set[str], requ
             "(a downgrade would silently drop them)")
 
 
+def _omitted_why_not(candidate: Series, omitted: dict[str, str]) -> str | None:
+    """Why `candidate` may not be built (None: it may): it carries patches the recipe leaves out on purpose."""
+    declined = [p.name for p in candidate.patches if patch_stem(p.name) in omitted]
+    if not declined:
+        return None
+    return (f"carries {', '.join(declined)}, which the recipe leaves out ([patches.omitted]: "
+            + "; ".join(omitted[patch_stem(n)] for n in declined) + ")")
+
+
 def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offline: bool = False,
            candidates: Sequence[Series] | None = None) -> Choice:
     """The newest version that applies whole at `commit` and is no silent downgrade of `reference`; else the
@@ -165,11 +178,14 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
             retired += [name for name in own if name not in retired]
         chosen = None
         required = {p.name for p in plan.series.patches}  # what the recipe's own version promises
+        omitted = {patch_stem(k): v for k, v in plan.recipe.patches.omitted.items()}
         for series in candidates:
             why_not = _older_why_not(series, reference, set(retired), required)
             if why_not is not None:
                 downgrades.append(series.directory.name)
             else:
+                why_not = _omitted_why_not(series, omitted)
+            if why_not is None:
                 at = SeriesAt(series.name, tree.check(commit, series))
                 if at.applies:
                     chosen = series
@@ -181,9 +197,13 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
             # The reference's first patch that stops it (else, where it applies but is no candidate, the newest's).
             failing = [s for s in ref_statuses if s.state not in _WHOLE] or [
                 s for s in tree.check(commit, candidates[0]) if s.state not in _WHOLE]
-            stop = failing[0]
-            bad = first_bad(tree, reference, good, commit, src.subdir) if good else None
-            conflict = Conflict(stop.name, stop.detail or stop.state, bad)
+            if failing:
+                stop = failing[0]
+                bad = first_bad(tree, reference, good, commit, src.subdir) if good else None
+                conflict = Conflict(stop.name, stop.detail or stop.state, bad)
+            else:  # every version that applies carries a patch the recipe leaves out
+                declined = next((p.name for p in candidates[0].patches if patch_stem(p.name) in omitted), reference.name)
+                conflict = Conflict(declined, "the recipe leaves it out ([patches.omitted])", None)
     for version, why in tried:
         log.info(f"  series {version}: {why}")
     return Choice(chosen, reference, tuple(retired), conflict, tuple(tried), tuple(downgrades))
