@@ -249,7 +249,10 @@ class BuildStage:
         return f"build {ctx.plan.arch_list} with {ctx.plan.jobs.jobs} job(s)"
 
     def run(self, ctx: Context) -> Done:
-        assert ctx.tree is not None, "every stage list runs FetchStage (never skipped) before BuildStage"
+        if ctx.tree is None:
+            from build_kernel.errors import BuildError
+
+            raise BuildError("no source tree to build", hint="run the fetch stage first")
         toolchain = ctx.plan.recipe.toolchain
         if toolchain.cuda_source != "system" and toolchain.cuda:
             # Before the build environment: it installs torch (GBs), the toolkit would then stop the build.
