@@ -50,10 +50,15 @@ import tiny_moe_eval
 # Training defaults per device (steps, batch, seq): on CPU what 2 shared, busy cores do in ~30 min (20 s a step under
 # a load of ~30, 2026-12-07); on a GPU, seconds.
 TRAINING = {"cpu": {"steps": 80, "batch": 16, "seq": 64}, "cuda": {"steps": 1500, "batch": 32, "seq": 128}}
-# Mixtral's load-balancing term's weight. 0.02 left experts under tiny_moe_eval.py's 2 % floor (80 CPU steps,
-# 2026-12-07: layer 1's experts 1, 2, 6 at 0.45 %, 0.01 %, 0.02 % of the held-out routing decisions,
-# bench/serving/raw/local-2c-2026-12-07-moe70a), so it is raised, as Switch Transformer's auxiliary loss is tuned.
+# The load-balancing term's weight, and its form. transformers' Mixtral loss (load_balancing_loss_func) pools every
+# layer's routing before it multiplies, so expert e of one layer and expert e of another count as one: a layer may
+# starve an expert that another layer feeds (transformers issue #28255). It did, at 0.02 (run a) and at 0.1 (run b):
+# 80 CPU steps left layer 1's experts 1, 2, 6 at 0.45 %, 0.01 %, 0.02 % (a), layer 0's expert 0 at 0.1 % (b), under
+# tiny_moe_eval.py's 2 % floor, while the pooled shares were all 7 % or more. So the term is computed per layer and
+# summed, Switch Transformer's form (each MoE layer's auxiliary loss added to the model's), at 0.1 a layer; the rule
+# was written before run b's result (bench/serving/raw/local-2c-2026-12-07-moe70b/README.md).
 AUX_LOSS_COEF = 0.1
+AUX_LOSS_FORM = "per layer, summed over the layers (Switch Transformer's); transformers' own pools the layers"
 # The weights SGLang's Fp8LinearMethod / Fp8MoEMethod load as block FP8 in MixtralForCausalLM.
 QUANTIZED = re.compile(r"\.(self_attn\.[qkvo]_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$")
 
@@ -121,8 +126,17 @@ def key(shape: Shape, device: str) -> str:
 
 
 def _aux_loss(model: Any, batch: Any) -> Any:
-    # Mixtral's load-balancing term (router_aux_loss_coef x aux) is added to the LM loss when asked for.
-    return model(input_ids=batch[:, :-1], labels=batch[:, :-1], output_router_logits=True).loss
+    """The causal LM loss (transformers' own, which shifts the labels) plus AUX_LOSS_COEF x Mixtral's load-balancing
+    loss of each layer's router logits alone, summed over the layers (AUX_LOSS_FORM)."""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    ids = batch[:, :-1]
+    out = model(input_ids=ids, output_router_logits=True)  # no labels: the model adds no pooled term of its own
+    lm = model.loss_function(out.logits, ids, model.config.vocab_size)
+    cfg = model.config
+    balance = sum(load_balancing_loss_func((layer,), cfg.num_local_experts, cfg.num_experts_per_tok)
+                  for layer in out.router_logits)
+    return lm + AUX_LOSS_COEF * balance
 
 
 def _v4_names(state: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +245,7 @@ def make(cache: Path, shape: Shape, device: str = "cpu") -> dict[str, Any]:
     _save(partial / "bf16", bf16, cfg, work)
     _save(partial / "fp8", fp8_tensors(bf16), {**cfg, "quantization_config": fp8_block.QUANTIZATION_CONFIG}, work)
     record.update(shape=asdict(shape), device=device, torch=torch.__version__,
+                  load_balancing={"coef": AUX_LOSS_COEF, "form": AUX_LOSS_FORM},
                   quantized_weights=sum(1 for n in bf16 if QUANTIZED.search(n)))
     (partial / "training.json").write_text(json.dumps(record, indent=1))
     (partial / "prompts.json").write_text(json.dumps(record["prompts"], indent=1))
