@@ -75,3 +75,15 @@ def test_a_patch_that_is_no_unified_diff(tmp_path: Path) -> None:
     assert info.value.exit_code == 5
     assert info.value.message.startswith("0001-broken.patch is not a valid unified diff: ")
     assert info.value.hint == f"regenerate it (git diff, or build-kernel patch refresh) and relock: build-kernel patch lock {tmp_path}"
+
+
+def test_a_branch_of_a_repository_that_is_not_there(tmp_path: Path) -> None:
+    """allow_floating's branch fetched from a path where no repository is: the repository is named, not the ref."""
+    missing = tmp_path / "no-such-repo"
+    with pytest.raises(FetchError) as info:
+        remote.ensure_commit(str(missing), "main", tmp_path / "cache", offline=False, allow_floating=True)
+    assert info.value.exit_code == 4
+    assert info.value.message == f"cannot read {missing}: fatal: '{missing}' does not appear to be a git repository"
+    assert info.value.hint is not None and info.value.hint.startswith("check [source] repo / [deps.NAME] repo, your "
+                                                                      "network and ")
+    assert "\n" not in info.value.render()

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from build_kernel.errors import BuildKernelError
-from build_kernel.nightly import history_page, record, replay
+from build_kernel import plan as plan_mod
+from build_kernel.errors import BuildKernelError, FetchError
+from build_kernel.nightly import history_page, record, replay, upstream
+from build_kernel.recipe.load import load
+from tests.conftest import write_recipe, write_series
 from tests.test_history_page import _night
 
 
@@ -76,3 +80,28 @@ def test_a_record_of_another_shape_is_named_by_its_first_problem(tmp_path: Path)
         history_page.load_records(tmp_path)
     assert info.value.message == (f"{path}: not a night record of this tool (outcome: 'exploded' is not one of "
                                   f"{', '.join(record.OUTCOMES)})")
+
+
+def test_tonight_of_a_branch_upstream_does_not_have(project: Path, tmp_path: Path,
+                                                   make_repo: Callable[..., tuple[Path, str]]) -> None:
+    """The nights follow a branch a real upstream repository lacks: one line naming the upstream and the fix."""
+    repo, sha = make_repo("up", {"a.txt": "a\n"})
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "n", f"""\
+        [source]
+        repo = "{repo}"
+        commit = "{sha}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        """)
+    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                            cache_dir=tmp_path / "cache", output_dir=tmp_path / "out")
+    with pytest.raises(FetchError) as info:
+        upstream.resolve(plan, "release/v9", None)
+    assert info.value.exit_code == 4
+    assert info.value.message.startswith(f"upstream 'release/v9' of {repo}: 'release/v9' is neither a branch, tag nor "
+                                         f"commit of {repo}: fatal: couldn't find remote ref release/v9")
+    assert info.value.hint == "check the ref"
