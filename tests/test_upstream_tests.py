@@ -107,7 +107,8 @@ def test_each_file_outcome_is_told_apart(results: dict[str, runner.FileResult]) 
     assert (missing.status, missing.missing_module) == ("uncollectable", "not_a_module_anywhere")
     assert results["tests/test_empty.py"].status == "empty"
     skipped = results["tests/test_module_skip.py"]
-    assert skipped.status == "empty" and skipped.passed == 0 and skipped.skipped
+    assert skipped.status == "empty" and skipped.passed == 0
+    assert skipped.skipped == {"tests/test_module_skip.py": "needs compute capability 10"}  # the module's own reason
 
 
 def test_red_means_new(results: dict[str, runner.FileResult]) -> None:
@@ -157,6 +158,41 @@ def test_a_skip_is_explained_by_its_reason_not_by_its_file(tmp_path: Path) -> No
     assert verdict.judge(result, [gpu, fp4, bare]).unexplained_skips == []
     elsewhere = Expectation("test_skips.py::test_gpu*", "skip", "wrong place", message="re:^Skipped$")
     assert len(verdict.judge(result, [gpu, fp4, elsewhere]).unexplained_skips) == 2
+
+
+MODULE_SKIPS = {
+    "tests/test_needs_sm100.py": ("import pytest\n\npytest.skip('needs compute capability 10', allow_module_level=True)\n\n"
+                                  "def test_never():\n    pass\n"),
+    "tests/test_needs_flashmla.py": ("import pytest\n\nflash_mla = pytest.importorskip('flash_mla_not_here')\n\n"
+                                     "def test_never():\n    pass\n"),
+}
+
+
+def test_a_module_that_skips_itself_is_explained_by_its_reason(tmp_path: Path) -> None:
+    """Issue 70: a module-level skip (pytest.skip(allow_module_level=True), importorskip) is JUnit's `message`
+    'collection skipped' with the reason in the element's text; the runner records that reason, under the file's
+    name, so an expectation's message explains it and 'collection skipped' explains nothing. One pytest child for
+    both files (pytest is given their folder; each module's JUnit element is the same as in a run of its own)."""
+    for name, text in MODULE_SKIPS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    result = runner.run_file(sys.executable, "tests", tmp_path, tmp_path / "out", env, timeout_s=120)
+    missing = "could not import 'flash_mla_not_here': No module named 'flash_mla_not_here'"
+    assert (result.status, result.passed) == ("empty", 0)
+    assert result.skipped == {"tests/test_needs_sm100.py": "needs compute capability 10",
+                              "tests/test_needs_flashmla.py": missing}
+    assert sorted(verdict.judge(result, []).unexplained_skips) == [f"tests/test_needs_flashmla.py: {missing}",
+                                                                   "tests/test_needs_sm100.py: needs compute capability 10"]
+    anything = Expectation("*", "skip", "any module skip", message="collection skipped")
+    assert len(verdict.judge(result, [anything]).unexplained_skips) == 2
+    sm100 = Expectation("*/test_needs_sm100.py", "skip", "Blackwell only", message="needs compute capability 10")
+    mla = Expectation("*/test_needs_flashmla.py", "skip", "FlashMLA is not packaged",
+                      message="re:^could not import 'flash_mla_not_here'")
+    assert verdict.judge(result, [sm100]).unexplained_skips == [f"tests/test_needs_flashmla.py: {missing}"]
+    judged = verdict.judge(result, [sm100, mla])
+    assert not judged.red and judged.unexplained_skips == []
+    assert judged.line == "no tests collected (FlashMLA is not packaged)"  # the first module pytest collected
 
 
 def test_a_skip_pattern_that_is_no_regular_expression_is_a_recipe_problem(project: Path) -> None:

@@ -1,15 +1,21 @@
 """bench/upstream_tests/tests_report.py's pruned-vs-unpruned comparison (issue 42 item 3): file by file, a stand-in only
-for an unfinished file that calls no FA3, a timeout explained only when nothing failed."""
+for an unfinished file that calls no FA3, a timeout explained only when nothing failed; and its pack, which keeps a
+module-level skip's reason (issue 70)."""
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
+from build_kernel.stages.upstream_tests import runner
 from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench" / "upstream_tests"))
-from tests_report import _test_seconds, pruned_vs_unpruned
+from tests_report import _read_junit, _status, _test_seconds, pack, pruned_vs_unpruned
 
 
 def _row(file: str, status: str = "passed", passed: int = 3, failed: int = 0, skipped: int = 0,
@@ -43,3 +49,36 @@ def test_the_test_steps_seconds_need_one_verify_then_one_test() -> None:
     assert _test_seconds(b"verify rc=0 353 s\ntest rc=2 353 s\ndone\ntest rc=11 359 s\n") is None
     assert _test_seconds(None) is None
     assert _test_seconds(b"400 s: verify rc=0\n1010 s: test start\n1400 s: test rc=0\n1401 s: done\n") == 390
+
+
+# pytest's JUnit XML (xunit1) of a module that skipped itself at import, and of a failure whose text quotes source.
+_MODULE_SKIP = ("<testsuites><testsuite><testcase classname=\"\" name=\"tests.test_mla\" file=\"tests/test_mla.py\">"
+                "<skipped message=\"collection skipped\">('/h/tests/test_mla.py', 12, 'Skipped: needs sm100')</skipped>"
+                "</testcase></testsuite></testsuites>")
+_FAILURE = ("<testsuites><testsuite><testcase classname=\"tests.test_x\" name=\"test_a\" file=\"tests/test_x.py\">"
+            "<failure message=\"assert 1 == 2\">def test_a():\n    assert upstream_line</failure>"
+            "</testcase></testsuite></testsuites>")
+
+
+def _tar(path: Path, members: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_pack_keeps_a_module_skips_reason_and_drops_failure_bodies(tmp_path: Path) -> None:
+    # Issue 70: the module's reason is the skipped element's text; pack dropped every text (failure bodies quote
+    # upstream source), so the reason was lost and the runner could only read 'collection skipped'.
+    logs = _tar(tmp_path / "logs.tar.gz", {"run-1/out/tests__test_mla.py.xml": _MODULE_SKIP,
+                                           "run-1/out/tests__test_x.py.xml": _FAILURE})
+    pack("v9", _tar(tmp_path / "raw.tar.gz", {"test.json": "{}"}), logs, tmp_path / "out.tar.gz")
+    with tarfile.open(tmp_path / "out.tar.gz") as tar:
+        packed = {m.name: f.read() for m in tar.getmembers() if (f := tar.extractfile(m)) is not None}
+    assert b"upstream_line" not in packed["v9/out/tests__test_x.py.xml"]
+    xml = packed["v9/out/tests__test_mla.py.xml"]
+    result = _read_junit(xml, runner.FileResult("tests/test_mla.py"))
+    assert result.skipped == {"tests/test_mla.py": "needs sm100"}
+    assert _status(ET.fromstring(xml), result) == "empty"

@@ -116,7 +116,8 @@ def pack(label: str, raw: Path, logs: Path, out: Path, build: Path | None = None
                 tree = ET.parse(path)
                 for case in tree.getroot().iter("testcase"):
                     for child in case:
-                        child.text = None  # tracebacks quote upstream lines; the message attribute stays
+                        if child.get("message") != runner.COLLECTION_SKIPPED:  # a module skip's text is its reason
+                            child.text = None  # tracebacks quote upstream lines; the message attribute stays
                 data = ET.tostring(tree.getroot())
             elif path.suffix == ".log":
                 kept = [ln.split("  ")[0].rstrip() for ln in path.read_text(errors="replace").splitlines()
@@ -177,7 +178,8 @@ def _status(root: ET.Element, result: runner.FileResult) -> str:
         return "uncollectable"
     if result.failed:
         return "failed"
-    if not result.passed and all(v == "collection skipped" for v in result.skipped.values()):
+    skips = [child.get("message") for case in root.iter("testcase") for child in case if child.tag == "skipped"]
+    if not result.passed and all(m == runner.COLLECTION_SKIPPED for m in skips):
         return "empty"
     return "passed"
 

@@ -7,6 +7,7 @@ Counts come from pytest's JUnit XML; a file that died before writing it is read 
 
 from __future__ import annotations
 
+import ast
 import re
 import signal
 import time
@@ -40,7 +41,7 @@ class FileResult:
     failed: list[str] = field(default_factory=list)  # node ids (failures and errors)
     # node id -> the first line of its failure (JUnit's message), for expectations that name the message
     failures: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)  # node id -> pytest's reason
+    skipped: dict[str, str] = field(default_factory=dict)  # node id (the file, for a module's) -> pytest's reason
     seconds: float = 0.0
     exit_code: int | None = None
     signal: str | None = None
@@ -63,6 +64,22 @@ def _node_id(case: ET.Element) -> str:
     return "::".join(p for p in (file, cls, name) if p)
 
 
+# JUnit's `message` of a module that skipped itself at import (pytest.skip(allow_module_level=True), importorskip);
+# pytest writes the reason into the element's text instead, as str() of (path, line, "Skipped: REASON").
+COLLECTION_SKIPPED = "collection skipped"
+
+
+def _collection_skip_reason(text: str) -> str:
+    """The reason of a module-level skip from its JUnit text (`('/x/test_a.py', 3, 'Skipped: needs a GPU')`):
+    'needs a GPU'; a bare pytest.skip() is 'Skipped', as for a test; text of another form is kept whole."""
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        parsed = None
+    said = parsed[-1] if isinstance(parsed, tuple) and parsed and isinstance(parsed[-1], str) else text
+    return said.removeprefix("Skipped: ").strip() or "Skipped"
+
+
 def _junit(path: Path, result: FileResult) -> bool:
     """Counts from pytest's JUnit XML; False when there is none to read."""
     try:
@@ -74,6 +91,9 @@ def _junit(path: Path, result: FileResult) -> bool:
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
         if outcome is None:
             result.passed += 1
+        elif outcome.tag == "skipped" and outcome.get("message") == COLLECTION_SKIPPED and not case.get("classname"):
+            # the whole module skipped: its node is the file, its reason the element's text (issue 70)
+            result.skipped[case.get("file") or node] = _collection_skip_reason(outcome.text or "")
         elif outcome.tag == "skipped":
             result.skipped[node] = (outcome.get("message") or "").strip()
         else:
