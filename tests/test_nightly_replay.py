@@ -70,8 +70,20 @@ def test_replay_of_a_miniature_history(tmp_path: Path, project: Path) -> None:
                           .replace('repo = "example:minikernel"', f'repo = "file://{tmp_path / "sglang"}"')
                           .replace('ref = "examples/minikernel"', 'ref = "main"\nsubdir = "minikernel"'))
     state = tmp_path / "state"
+    # The sample really built: a nightly's state folder with the night of `readme` built (its record by hand here; the
+    # real ones come from bench/nightly/build_nights.sh), which the replay merges into its record of that commit.
+    built = tmp_path / "built"
+    wheel = {"name": "minikernel-0.1.0.dev20260302-cp312-linux_x86_64.whl", "version": "0.1.0.dev20260302",
+             "sha256": "0" * 64, "published_to": "http://127.0.0.1:1/"}
+    record.write(built, {  # type: ignore[typeddict-item]
+        "schema": 1, "recipe": "r", "night": "2026-03-02", "started": "2026-12-07T19:00:00+00:00",
+        "finished": "2026-12-07T19:15:00+00:00", "outcome": "built", "reason": f"built {wheel['name']}",
+        "upstream": {"ref": "main", "commit": shas["readme"], "previous_good": None, "commits_since": 0},
+        "series": {"name": "minikernel/v1", "version": "v1", "retired": [], "conflict": None}, "lock_changes": [],
+        "build": {"archs": ["12.0a"], "wall_s": 866.0, "compiler_cpu_s": 1400.0, "peak_rss_mb": None},
+        "tests": {"ran": False, "why_not": "no GPU", "per_file": {}}, "wheel": wheel, "logs": {"night": "n.log"}})
     proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--json", "nightly", "--replay", span, "--recipe",
-                   str(recipe), "--state-dir", str(state))  # the issue's spelling; nightly-replay is the same call
+                   str(recipe), "--state-dir", str(state), "--built", str(built))  # nightly-replay: the same call
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     records = record.read_all(state)
@@ -79,7 +91,9 @@ def test_replay_of_a_miniature_history(tmp_path: Path, project: Path) -> None:
     assert [(r["night"], r["upstream"]["commit"]) for r in records] == [
         ("2026-03-01", shas["base"]), ("2026-03-02", shas["readme"]), ("2026-03-04", shas["guarded"]),
         ("2026-03-05", shas["late merge"]), ("2026-03-06", shas["later that day"])]
-    assert [r["outcome"] for r in records] == ["unchanged"] * 4 + ["conflict"]
+    assert [r["outcome"] for r in records] == ["unchanged", "built", "unchanged", "unchanged", "conflict"]
+    assert records[1]["build"]["wall_s"] == 866.0 and records[1]["wheel"] == wheel
+    assert records[1]["reason"] == f"built {wheel['name']}" and records[1]["logs"] == {"night": "n.log"}
     assert [r["series"]["version"] for r in records] == ["v1", "v1", "v2", "v2", None]
     assert records[2]["series"]["retired"] == ["0001-cmake-guard-policies.patch"]
     conflict = records[4]["series"]["conflict"]

@@ -42,11 +42,15 @@ def _night(value: str | None) -> str | None:
 @click.option("--cron", is_flag=True, help="Print a crontab line for hosts without systemd, instead of a night.")
 @click.option("--replay", "span", metavar="A..B", help="Instead of tonight: the nights of the past upstream range "
                                                        "A..B, one per day that touched the package (plan, series, "
-                                                       "conflict or retirement, lock; nothing built), as nightly-replay.")
+                                                       "conflict or retirement, lock; nothing built but --built's nights), as "
+                                                       "nightly-replay.")
+@click.option("--built", "built", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="With --replay: a state folder of nights really built (`nightly --night D` with upstream at that "
+                   "night's commit); their build, wheel and logs go into the replay's records of the same commits.")
 @click.pass_context
 def nightly_cmd(click_ctx: click.Context, ref: str | None, state_dir: Path | None, keep: int, to: str | None,
                 night: str | None, dry_run: bool, install_timer: bool, user_scope: bool, unit_dir: Path | None,
-                when: str, cron: bool, span: str | None) -> None:
+                when: str, cron: bool, span: str | None, built: Path | None) -> None:
     """One night of the recipe: upstream's branch resolved, the newest series version that applies (or the
     conflicting patch, hunk and first bad commit), nightly pins moved, built, verified, tested where a GPU is,
     published with install-back, one record per night and the morning report. Exit 0: a new wheel or nothing
@@ -78,13 +82,16 @@ def nightly_cmd(click_ctx: click.Context, ref: str | None, state_dir: Path | Non
         emit(opts, said, "\n".join([f"wrote {said['units'][0]}", f"wrote {said['units'][1]}", verified,
                                     f"enable: {said['enable']}", f"log:    {said['journal']}"]))
         return
+    if built is not None and span is None:
+        raise click.UsageError("--built goes with --replay A..B (the nights it merges are the replay's)")
     if span is not None:
         from build_kernel.nightly import replay
 
         start, end = replay.parse_range(span)  # a bad range is said before the plan is made
         p = opts.plan()
         folder = (state_dir or state.default_dir(p.recipe.name, opts.env)).absolute()
-        records = replay.replay(p, start, end, folder, offline=opts.offline)
+        records = replay.replay(p, start, end, folder, offline=opts.offline,
+                                builds=replay.built_from(built) if built else None)
         emit(opts, records, replay.lines(records))
         return
     p = opts.plan()

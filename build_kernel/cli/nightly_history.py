@@ -32,14 +32,18 @@ def nightly_page_cmd(opts: Options, state_dir: Path, out: Path) -> None:
 @_STATE
 @click.argument("span", metavar="A..B")
 @offline_option
+@click.option("--built", "built", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A state folder of nights really built (`nightly --night D` with upstream at that night's "
+                   "commit); their build, wheel and logs go into the replay's records of the same commits.")
 @click.pass_obj
-def nightly_replay_cmd(opts: Options, state_dir: Path, span: str) -> None:
+def nightly_replay_cmd(opts: Options, state_dir: Path, span: str, built: Path | None) -> None:
     """The recipe's nights from upstream commit A to B, one per day that touched the package: plan, series
     choice, conflict or retirement, lock; one record each in STATE_DIR/nights/ (nothing is built)."""
     from build_kernel.nightly import replay
 
     start, end = replay.parse_range(span)
-    records = replay.replay(opts.plan(), start, end, state_dir, offline=opts.offline)
+    records = replay.replay(opts.plan(), start, end, state_dir, offline=opts.offline,
+                            builds=replay.built_from(built) if built else None)
     lines = [f"{r['night']} {r['upstream']['commit'][:12]} {r['outcome']:9} "
              f"{r['series']['version'] or '-':4} {r['reason']}" for r in records]
     emit(opts, records, "\n".join(lines))

@@ -122,6 +122,15 @@ def _health_rows(plan: Plan, mirror: Path, start: str, end: str, offline: bool, 
     return {row.commit: [c.name for c in row.compared if c.applies] for row in walked.rows}
 
 
+def built_from(state_dir: Path) -> dict[str, dict[str, Any]]:
+    """The nights really built in a nightly's state folder (`nightly --night D` run with upstream at the night's
+    commit), by commit: what `replay(builds=...)` merges into the replay's records (reason, build, wheel, logs, and
+    the series the night built, which the replay compares with its own choice)."""
+    return {r["upstream"]["commit"]: {"reason": r["reason"], "build": r["build"], "wheel": r["wheel"],
+                                      "logs": r["logs"], "series_version": r["series"]["version"], "night": r["night"]}
+            for r in night_record.read_all(state_dir) if r["outcome"] == "built"}
+
+
 def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool = False,
            builds: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every night of start..end, oldest first; their records written under `state_dir`. `builds`: the build,
@@ -176,6 +185,11 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
                                                "the index's newest")
             elif isinstance(planned, str):
                 outcome, reason = "failed", f"the plan refuses series {chosen.name if chosen else ''}: {planned}"
+            elif built and built.get("series_version") not in (None, chosen.directory.name if chosen else None):
+                raise BuildKernelError(
+                    f"the night built at {night.commit[:12]} is series {built.get('series_version')}, the replay "
+                    f"chooses {chosen.directory.name if chosen else 'none'} there: not the same night",
+                    hint="build that night again with this tree's series choice, or leave it out of the builds")
             elif built:
                 outcome, reason = "built", str(built.get("reason", "built"))
             else:
