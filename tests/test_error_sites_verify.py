@@ -2,9 +2,12 @@
 
 The prewarmed JIT cache's check (`jit_cache.verify`, what `serve --install` and `jit-prewarm` run on
 the server's tvm-ffi cache) on real caches laid out as tvm-ffi lays them out: an empty one, a module
-with no device code (a host-only library gcc builds here), and one whose SASS lacks what the recipe
-asks for (a library of the session's demo wheel, real cubins; slow only because that wheel is built
-once per session by the demo_build fixture). Each failure is one line naming the module and the fix.
+with no device code (a host-only library gcc builds here), and one compiled for another arch whose SASS
+lacks what the recipe asks for; a static verify and the prune proof of real wheels; `verify --rebuild`'s
+reading of a wheel's provenance. Device code is a real cubin (ptxas of a one-instruction kernel, wrapped
+by fatbinary into a gcc library's .nv_fatbin section, as nvcc places it): milliseconds, where a CUDA
+compile takes seconds; the two tests that disassemble it spend ~1 s in nvdisasm. Each failure is one line
+naming the library or module and the fix.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from build_kernel.recipe.load import load
 from build_kernel.recipe.model import Verify
 from build_kernel.stages.verify import checks, installed, jit_cache, prune_proof, rebuild
 from build_kernel.stages.verify.installed import stale
-from tests.conftest import DemoBuild, write_recipe, write_series
+from tests.conftest import write_recipe, write_series
 
 ARCHS = parse_arch_list(["12.0a"])
 
@@ -47,17 +50,6 @@ def test_a_module_without_device_code(tmp_path: Path) -> None:
     assert report.failures == ["host_only: no cubin (no device code)"]
 
 
-@pytest.mark.slow
-def test_a_module_whose_sass_lacks_the_asked_instructions(demo_build: DemoBuild, tmp_path: Path) -> None:
-    with zipfile.ZipFile(demo_build.wheel) as wheel:
-        name = "minikernel/sm100/common_ops.so"  # the library of the 10.0+ archs: 12.0a's cubin
-        entry = tmp_path / "cache" / "common_ops_0123abcd"
-        entry.mkdir(parents=True)
-        (entry / "common_ops.so").write_bytes(wheel.read(name))
-    report = jit_cache.verify(tmp_path / "cache", ARCHS, ["NO_SUCH_OPCODE"], dict(os.environ))
-    assert report.failures == ["common_ops: none of NO_SUCH_OPCODE in its sm_120a SASS (not compiled for an `a` arch?)"]
-
-
 def _pure_wheel(folder: Path) -> Path:
     """A pure-Python wheel: a real zip with its dist-info, no library in it."""
     info, path = "demo_pkg-1.0.dist-info", folder / "demo_pkg-1.0-py3-none-any.whl"
@@ -74,14 +66,6 @@ def test_prune_proof_of_a_wheel_without_cuda_libraries(tmp_path: Path) -> None:
     proof = prune_proof.prove(pure, pure, (), env=dict(os.environ))
     assert proof.failures == [f"{pure.name}: no CUDA library with device code to compare (give the built wheel, not a "
                               "pure-Python one)"]
-
-
-@pytest.mark.slow
-def test_prune_proof_against_a_wheel_that_lacks_the_library(demo_build: DemoBuild, tmp_path: Path) -> None:
-    pure = _pure_wheel(tmp_path)
-    proof = prune_proof.prove(demo_build.wheel, pure, (), env=dict(os.environ))
-    assert f"minikernel/sm100/common_ops.so: not in the unpruned wheel {pure.name} (compare with a wheel of the same " \
-           "commit and archs built without the arch-pruning patch)" in proof.failures
 
 
 # --- doctor --installed ------------------------------------------------------------------------
@@ -173,3 +157,69 @@ def test_a_library_that_calls_code_the_build_left_out(tmp_path: Path) -> None:
     assert ("demo_pkg/_C.so: 1 symbol(s) that no library it loads defines, e.g. kernel_impl: its import fails with "
             "'undefined symbol' (the build left out the code that defines them while a caller stayed: rebuild with "
             "those sources; `nm -D --undefined-only _C.so` lists them)") in report.failures
+
+
+# --- device code: a real library with one real cubin, made in milliseconds --------------------------
+
+def _device_library(folder: Path, sm: str) -> Path:
+    """A host library (gcc) carrying a fat binary with one real cubin for `sm` (ptxas of a one-instruction PTX
+    kernel, wrapped by fatbinary) in the .nv_fatbin section, where nvcc puts it: what cuobjdump and nvdisasm read
+    in a CUDA extension, without a CUDA compile (nvcc takes seconds)."""
+    tools = {name: shutil.which(name) for name in ("ptxas", "fatbinary", "objcopy", "gcc")}
+    if missing := [name for name, path in tools.items() if path is None]:
+        pytest.skip(f"{', '.join(missing)} not on PATH (the CUDA toolkit's bin, binutils)")
+    folder.mkdir(parents=True, exist_ok=True)
+    ptx, cubin, fatbin = folder / f"k{sm}.ptx", folder / f"k{sm}.cubin", folder / f"k{sm}.fatbin"
+    ptx.write_text(f".version 8.7\n.target sm_{sm}\n.address_size 64\n.visible .entry kernel()\n{{\n\tret;\n}}\n")
+    host, out = folder / "host.c", folder / f"ops_{sm}.so"
+    host.write_text("int host(void) { return 1; }\n")
+    for cmd in ([tools["ptxas"], f"-arch=sm_{sm}", ptx, "-o", cubin],
+                [tools["fatbinary"], f"--create={fatbin}", f"--image3=kind=elf,sm={sm},file={cubin}"],
+                [tools["gcc"], "-shared", "-fPIC", host, "-o", folder / "host.so"],
+                [tools["objcopy"], f"--add-section=.nv_fatbin={fatbin}", "--set-section-flags=.nv_fatbin=alloc,readonly",
+                 folder / "host.so", out]):
+        subprocess.run([str(c) for c in cmd], check=True, capture_output=True)  # type: ignore[union-attr]
+    return out
+
+
+def _wheel_of(so: Path, folder: Path) -> Path:
+    wheel = folder / "demo_pkg-1.0-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(so, "demo_pkg/_C.so")
+        zf.writestr("demo_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n")
+        zf.writestr("demo_pkg-1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def test_a_library_built_for_another_arch_than_asked(tmp_path: Path) -> None:
+    """A static verify asked for 12.0a of a wheel whose library holds only an sm_90a cubin: no code for the asked
+    arch, and no FP4 code where the recipe's FP4 library must have it (no nvdisasm run: no sm_120a cubin)."""
+    wheel = _wheel_of(_device_library(tmp_path / "lib", "90a"), tmp_path / "wheel")
+    report = checks.verify(wheel, Verify(fp4_library="demo_pkg/_C.so", fp4_sass=("E2M1",)), ARCHS,
+                           env=dict(os.environ), static=True)
+    assert report.failures == [
+        "demo_pkg/_C.so: no cubin or PTX for sm_120a (has sm_90a)",
+        "demo_pkg/_C.so: no FP4 instructions (E2M1) in it: no sm_120a cubin to disassemble: the FP4 kernels were not "
+        "compiled (ENABLE_NVFP4 off? upstream skips it when CUDA_VERSION is empty)"]
+
+
+def test_a_jit_module_compiled_for_another_arch(tmp_path: Path) -> None:
+    """The prewarmed cache's module holds an sm_90a cubin (real SASS, disassembled: ~1 s of nvdisasm) where
+    12.0a was asked, and none of the asked instructions."""
+    entry = tmp_path / "cache" / "ops_0123abcd"
+    entry.mkdir(parents=True)
+    shutil.copy(_device_library(tmp_path / "lib", "90a"), entry / "ops.so")
+    report = jit_cache.verify(tmp_path / "cache", ARCHS, ["E2M1"], dict(os.environ))
+    assert report.failures == ["ops: cubins for sm_90a, not the asked sm_120a",
+                               "ops: none of E2M1 in its sm_90a SASS (not compiled for an `a` arch?)"]
+
+
+def test_prune_proof_against_a_wheel_without_the_library(tmp_path: Path) -> None:
+    """The pruned wheel's library has device code (a real sm_120a kernel, ~1 s of nvdisasm); the wheel to compare
+    with has no such library."""
+    wheel = _wheel_of(_device_library(tmp_path / "lib", "120a"), tmp_path / "wheel")
+    pure = _pure_wheel(tmp_path)
+    proof = prune_proof.prove(wheel, pure, (), env=dict(os.environ))
+    assert proof.failures == [f"demo_pkg/_C.so: not in the unpruned wheel {pure.name} (compare with a wheel of the "
+                              "same commit and archs built without the arch-pruning patch)"]
