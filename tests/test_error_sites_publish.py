@@ -184,3 +184,12 @@ def test_a_static_folder_whose_name_is_too_long_through_the_cli(tmp_path: Path) 
     assert [last] == [
         f"error: cannot publish into {folder}: File name too long (pass --to a shorter folder path (at most 255 bytes "
         "a name, 4096 in all))"]
+
+
+def test_a_netrc_that_cannot_be_read() -> None:
+    """/proc/self/mem: a regular file (mode 0600, as a netrc should be) whose read fails with EIO, as a file on a
+    failing disk does; root reads any file, so no permission bit can make one unreadable here."""
+    with pytest.raises(PublishError) as info:
+        credentials.from_netrc("https://index.internal/", {"NETRC": "/proc/self/mem"}, None)
+    assert info.value.render() == ("/proc/self/mem: Input/output error (fix it (machine HOST login USER password "
+                                   "PASSWORD; chmod 600), or set TWINE_USERNAME/TWINE_PASSWORD)")

@@ -407,3 +407,11 @@ def test_an_api_key_path_that_is_a_folder(tmp_path: Path) -> None:
     with pytest.raises(ServeError) as info:
         api_key.read(tmp_path)
     assert info.value.render() == f"the API key file {tmp_path} is not a file (point [serve] api_key_file at a file)"
+
+
+def test_an_api_key_file_that_cannot_be_read() -> None:
+    """/proc/self/mem: a regular file of mode 0600 (the check passes) whose read fails with EIO, as a file on a
+    failing disk does; root reads any file, so no permission bit can make one unreadable here."""
+    with pytest.raises(ServeError) as info:
+        api_key.read(Path("/proc/self/mem"))
+    assert info.value.render() == "cannot read the API key file /proc/self/mem: Input/output error (run as its owner)"
