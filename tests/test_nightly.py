@@ -483,7 +483,7 @@ def test_a_version_carrying_a_patch_the_recipe_leaves_out_is_no_candidate(tmp_pa
     assert plan.recipe.patches.omitted == {"0002-closing-line": "not measured yet"}
     choice = series_choice.choose(plan, good, reference=plan.series, good=None)
     assert choice.chosen is not None and choice.chosen.directory.name == "v1"
-    assert choice.conflict is None and choice.downgrades == ()
+    assert choice.conflict is None and choice.downgrades == () and choice.declined == ("v2",)
     assert choice.to_dict()["tried"] == [{"version": "v2", "why_not": "carries 0002-closing-line.patch, which the "
                                                                        "recipe leaves out ([patches.omitted]: not "
                                                                        "measured yet)"}]

@@ -16,12 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from build_kernel.nightly import record  # the contract's reader: only records that keep it
 
 RECIPE_SERIES = ROOT / "patches" / "sm120" / "v8"  # nightly-cu130's own version (recipes/nightly-cu130.toml)
-OMITTED = {"0011-split-heavy-tus.patch"}  # its [patches.omitted]
+# Its [patches.omitted] (0011, 0012 now), read from the recipe: a version carrying one is no candidate since 4281028.
+OMITTED = {f"{name}.patch" for name in
+           tomllib.loads((ROOT / "recipes" / "nightly-cu130.toml").read_text())["patches"]["omitted"]}
 
 
 def _names(version: str | None) -> list[str]:
@@ -51,6 +55,8 @@ def rows(raw: Path) -> list[dict[str, Any]]:
             "conflict": None if conflict is None else {"patch": conflict["patch"],
                                                        "first_bad_commit": (conflict["first_bad_commit"] or "")[:12]},
             "build_wall_s": None if build is None else build["wall_s"],
+            "compiler_cpu_s": None if build is None else build["compiler_cpu_s"],
+            "wheel": None if r["wheel"] is None else {k: r["wheel"][k] for k in ("name", "sha256", "published_to")},
             "plan": d["plan"], "patch_check": d["patch_check"],
             "patch_health": None if health is None else {"newest_applying": health["newest"],
                                                          "agrees": health["agrees"]},

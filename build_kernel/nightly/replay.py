@@ -167,9 +167,10 @@ def replay(plan: Plan, start: str, end: str, state_dir: Path, *, offline: bool =
                        if isinstance(planned, Plan) else None)
             at_row = rows.get(night.commit)
             newest = next((n for n in [s.name for s in candidates] if n in (at_row or [])), None)
-            # What the choice should be by health's verdict: its newest applying version that is no silent downgrade.
+            # What the choice should be by health's verdict: its newest applying version that is no silent downgrade
+            # and carries no patch the recipe omits.
             allowed = next((s.name for s in candidates if s.name in (at_row or [])
-                            and s.directory.name not in choice.downgrades), None)
+                            and s.directory.name not in choice.downgrades + choice.declined), None)
             pins = _pins(mirror, night.commit, get, plan.env)
             changes = [{"pin": k, "from": (pins_before or {}).get(k), "to": v} for k, v in sorted(pins.items())
                        if pins_before is not None and pins_before.get(k) != v]

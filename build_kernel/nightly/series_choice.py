@@ -61,6 +61,7 @@ class Choice:
     conflict: Conflict | None
     tried: tuple[tuple[str, str], ...] = field(default=())  # (version, why not) of the versions passed over
     downgrades: tuple[str, ...] = field(default=())  # the versions of `tried` refused as silent downgrades
+    declined: tuple[str, ...] = field(default=())  # the versions of `tried` carrying a patch the recipe omits
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.chosen.name if self.chosen else None,
@@ -168,6 +169,7 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
     mirror, _ = get(commit, src.paths)
     tried: list[tuple[str, str]] = []
     downgrades: list[str] = []
+    declined: list[str] = []
     candidates = list(candidates if candidates is not None else versions(plan))
     with tempfile.TemporaryDirectory(prefix="bk-nightly-") as tmp:
         tree = Tree(get, mirror, Path(tmp) / "tree", pyproject)
@@ -185,6 +187,8 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
                 downgrades.append(series.directory.name)
             else:
                 why_not = _omitted_why_not(series, omitted)
+                if why_not is not None:
+                    declined.append(series.directory.name)
             if why_not is None:
                 at = SeriesAt(series.name, tree.check(commit, series))
                 if at.applies:
@@ -206,4 +210,4 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
                 conflict = Conflict(declined, "the recipe leaves it out ([patches.omitted])", None)
     for version, why in tried:
         log.info(f"  series {version}: {why}")
-    return Choice(chosen, reference, tuple(retired), conflict, tuple(tried), tuple(downgrades))
+    return Choice(chosen, reference, tuple(retired), conflict, tuple(tried), tuple(downgrades), tuple(declined))
