@@ -103,8 +103,8 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
         *raw("serving", "h100-2026-12-06d", "moe-serve-raw-t43.tar.gz"),
         "--run", *raw("serving", "h100-2026-12-06d", "i55-raw.tar.gz")]),
     "bench/serving/results/tiny_moe_model.json": ("bench/serving/tiny_moe_report.py", [
-        *raw("serving", "local-2c-2026-12-07-moe70a", "training.json"),
-        "--fp8-tolerance", *raw("serving", "local-2c-2026-12-07-moe70a", "fp8-tolerance.json")]),
+        *raw("serving", "local-2c-2026-12-07-moe70c", "training.json"),
+        "--fp8-tolerance", *raw("serving", "local-2c-2026-12-07-moe70c", "fp8-tolerance.json")]),
     "bench/serving/results/llama-serve.json": ("bench/serving/llama_serve_report.py", [
         *raw("pruning", "h200-2026-12-02", "s9-raw.tar.gz", "serve9a-raw.tar.gz", "serve9b-raw.tar.gz")]),
     "bench/flash_attn/results/flash-attn.json": ("bench/flash_attn/build_report.py", [

@@ -54,7 +54,9 @@ def report(record: dict[str, Any], raw_name: str) -> dict[str, Any]:
                      "learned_beyond_unigram": record["held_out_loss"] < record["unigram_held_out_loss"]},
         "expert_load": {"floor": record["expert_floor"], "share_per_layer": shares,
                         "min_share": min(min(row) for row in shares), "max_share": max(max(row) for row in shares),
-                        "ok": record["expert_load_ok"]},
+                        "ok": record["expert_load_ok"],
+                        # the training's load-balancing term (recorded from run c on: tiny_moe.py's AUX_LOSS_*)
+                        "load_balancing": record.get("load_balancing")},
         "margins": {"rule": f"keep a prompt when its first greedy step's top-1 minus top-2 logit is at least "
                             f"{record['margin_min']} (bf16, CPU); the first 64 kept, in the corpus's order",
                     "margin_min": record["margin_min"], "candidates_measured": len(candidates),
