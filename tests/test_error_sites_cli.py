@@ -40,6 +40,11 @@ USAGE = [
     (["nightly", "--recipe", "demo", "--night", "2026/12/07"],
      "--night '2026/12/07' is not a date: write YYYY-MM-DD, e.g. --night 2026-12-07"),
     (["nightly", "--cron"], "no recipe given: pass --recipe NAME (see `build-kernel recipes list`)"),
+    (["--dry-run"], "no recipe given: pass --recipe NAME (see `build-kernel recipes list`)"),
+    (["nightly", "--recipe", "demo", "--built", "."], "--built goes with --replay A..B (the nights it merges are the "
+                                                       "replay's)"),
+    (["verify", "--rebuild", "--recipe", "demo"],
+     "verify --rebuild needs the WHEEL to rebuild: build-kernel verify --rebuild PATH.whl"),
     (["jit-prewarm", "--recipe", "demo"],
      'the recipe demo has no [serve] jit_prewarm (e.g. jit_prewarm = ["sglang.jit_kernel.nvfp4"])'),
 ]

@@ -193,3 +193,24 @@ def test_values_outside_their_choices(recipes: Path) -> None:
         f"{path}:15: test.expect.\"tests/test_a.py\".when_asked: unknown arch '9.x': write it as 12.0a, sm_120a, 120a "
         "or 8.6+PTX (arch names, e.g. [\"9.0a\"])",
     ]
+
+
+def test_serve_and_backend_values_outside_their_choices(recipes: Path) -> None:
+    path = write_recipe(recipes, "more", HEAD + BUILD + 'backend = "meson"\norder_profile = "no-such.json"\n'
+                        '[serve]\nsglang = "pypi"\njit_prewarm = ["sglang.jit_kernel.nvfp4", "not a module!"]\n')
+    assert problems(path) == [
+        f"{path}:10: build.backend: 'meson' is not one of scikit-build-core, setuptools (e.g. backend = \"setuptools\")",
+        f"{path}:11: build.order_profile: no such file {path.parent / 'no-such.json'} (the path is relative to the "
+        "recipe file: fix it or remove the key)",
+        f"{path}:13: serve.sglang: 'pypi' is neither 'release' nor 'source' (e.g. sglang = \"source\")",
+        f"{path}:14: serve.jit_prewarm: 'not a module!' is not `module` or `module:builder` (e.g. jit_prewarm = "
+        "[\"sglang.jit_kernel.nvfp4\"])",
+    ]
+
+
+def test_an_order_profile_that_is_no_json(recipes: Path) -> None:
+    (recipes / "recipes" / "profile.json").write_text("{ cut")
+    path = write_recipe(recipes, "profile", HEAD + BUILD + 'order_profile = "profile.json"\n')
+    [line] = problems(path)
+    assert line == (f"{path}:10: build.order_profile: {path.parent / 'profile.json'}: no seconds or source column (the "
+                    "header must name source and seconds) (fix the file, or remove the key)")
