@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,3 +106,29 @@ def test_tonight_of_a_branch_upstream_does_not_have(project: Path, tmp_path: Pat
     assert info.value.message.startswith(f"upstream 'release/v9' of {repo}: 'release/v9' is neither a branch, tag nor "
                                          f"commit of {repo}: fatal: couldn't find remote ref release/v9")
     assert info.value.hint == "check the ref"
+
+
+def test_a_tag_pattern_no_tag_of_upstream_matches(project: Path, tmp_path: Path,
+                                                  make_repo: Callable[..., tuple[Path, str]]) -> None:
+    """--upstream 'v9.*' against a real repository whose one tag is v1.0 (git ls-remote asks it; nothing fetched)."""
+    repo, sha = make_repo("up", {"a.txt": "a\n"})
+    subprocess.run(["git", "-C", str(repo), "tag", "v1.0"], check=True, capture_output=True)
+    write_series(project, "s", "v1", {})
+    path = write_recipe(project, "n", f"""\
+        [source]
+        repo = "{repo}"
+        commit = "{sha}"
+        [patches]
+        series = "s"
+        version = "v1"
+        [build]
+        arch = ["12.0a"]
+        """)
+    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                            cache_dir=tmp_path / "cache", output_dir=tmp_path / "out")
+    with pytest.raises(FetchError) as info:
+        upstream.resolve(plan, "v9.*", None)
+    assert info.value.exit_code == 4
+    assert info.value.render() == (f"no tag of {repo} matches 'v9.*' (1 tag(s) there) (pass --upstream BRANCH, or a "
+                                   "pattern that matches, e.g. 'v0.4.*')")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.pack"))

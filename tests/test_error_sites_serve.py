@@ -415,3 +415,13 @@ def test_an_api_key_file_that_cannot_be_read() -> None:
     with pytest.raises(ServeError) as info:
         api_key.read(Path("/proc/self/mem"))
     assert info.value.render() == "cannot read the API key file /proc/self/mem: Input/output error (run as its owner)"
+
+
+def test_jit_prewarm_without_nvcc_in_cuda_home(tmp_path: Path) -> None:
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)  # a CUDA_HOME with no nvcc in it
+    with pytest.raises(ServeError) as info:
+        jit_prewarm._preflight({"CUDA_HOME": str(cuda), "PATH": os.environ.get("PATH", "")})
+    assert info.value.render() == (f"nvcc not found at {cuda / 'bin' / 'nvcc'} (tvm-ffi compiles sglang's JIT kernels "
+                                   "with CUDA_HOME/bin/nvcc) (install the CUDA toolkit and set CUDA_HOME in [serve] env "
+                                   "(or put its bin on PATH))")

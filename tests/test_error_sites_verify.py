@@ -27,7 +27,7 @@ from build_kernel.archs import parse_arch_list
 from build_kernel.errors import VerifyError
 from build_kernel.recipe.load import load
 from build_kernel.recipe.model import Verify
-from build_kernel.stages.verify import checks, installed, jit_cache, prune_proof, rebuild
+from build_kernel.stages.verify import checks, installed, jit_cache, prune_proof, prune_proof_outputs, rebuild
 from build_kernel.stages.verify.installed import stale
 from tests.conftest import write_recipe, write_series
 
@@ -223,3 +223,15 @@ def test_prune_proof_against_a_wheel_without_the_library(tmp_path: Path) -> None
     proof = prune_proof.prove(wheel, pure, (), env=dict(os.environ))
     assert proof.failures == [f"demo_pkg/_C.so: not in the unpruned wheel {pure.name} (compare with a wheel of the "
                               "same commit and archs built without the arch-pruning patch)"]
+
+
+def test_a_gpu_outputs_record_that_is_not_one(tmp_path: Path) -> None:
+    """prune-proof --outputs given a JSON file of another shape (what bench/pruning's compare writes is needed)."""
+    record = tmp_path / "outputs.json"
+    record.write_text(json.dumps({"cases": 3}))
+    with pytest.raises(VerifyError) as info:
+        prune_proof_outputs.load(record)
+    assert info.value.exit_code == 7
+    assert info.value.render() == (f"{record}: no record of outputs compared on the GPU (KeyError: 'functions') (give "
+                                   "the JSON bench/pruning/fp8_kernels_bitwise.py compare writes ({\"functions\": "
+                                   "[{\"arch\", \"function\", \"cases\", \"bitwise_equal\"}]}))")
