@@ -425,3 +425,21 @@ def test_jit_prewarm_without_nvcc_in_cuda_home(tmp_path: Path) -> None:
     assert info.value.render() == (f"nvcc not found at {cuda / 'bin' / 'nvcc'} (tvm-ffi compiles sglang's JIT kernels "
                                    "with CUDA_HOME/bin/nvcc) (install the CUDA toolkit and set CUDA_HOME in [serve] env "
                                    "(or put its bin on PATH))")
+
+
+def test_jit_prewarm_of_a_module_the_serve_interpreter_lacks(project: Path, tmp_path: Path) -> None:
+    """The real JIT child (jit_child.py) in this interpreter, which has no sglang: listing the recipe's builders
+    names the entry, and loading one says why."""
+    plan = serve_plan(project, tmp_path, "https://example.invalid/x.git", "40ef116f011cf1599811af1089ddf00971092bcf",
+                      'jit_prewarm = ["sglang.jit_kernel.nvfp4"]')
+    log_path = tmp_path / "jit.log"
+    with pytest.raises(ServeError) as info:
+        jit_prewarm.items(plan, sys.executable, dict(os.environ), log_path)
+    assert info.value.render() == ("[serve] jit_prewarm: no module 'sglang' (importing sglang.jit_kernel.nvfp4) "
+                                   "(install that sglang into the serve environment, or fix [serve] jit_prewarm)")
+    with pytest.raises(ServeError) as info:
+        jit_prewarm._child(sys.executable, "load", {"entry": "sglang.jit_kernel.nvfp4", "builder": "_jit_nvfp4_module",
+                                                    "arch": "12.0a"}, dict(os.environ), what="loading the JIT module",
+                           log_path=log_path, timeout=60)
+    assert info.value.render() == ("loading the JIT module: no module 'sglang' (importing sglang.jit_kernel.nvfp4) "
+                                   "(install that sglang into the serve environment, or fix [serve] jit_prewarm)")
