@@ -24,7 +24,7 @@ from build_kernel.errors import PublishError
 from build_kernel.recipe.load import load
 from build_kernel.stages import Context, upstream_tests
 from build_kernel.stages import publish as pub
-from build_kernel.stages.publish import backends, credentials, fresh_env, stage
+from build_kernel.stages.publish import backends, credentials, fresh_env, install_back, stage
 from tests.conftest import write_recipe, write_series
 from tests.test_publish import clean_env, make_wheel, target_for, write_record
 
@@ -193,3 +193,18 @@ def test_a_netrc_that_cannot_be_read() -> None:
         credentials.from_netrc("https://index.internal/", {"NETRC": "/proc/self/mem"}, None)
     assert info.value.render() == ("/proc/self/mem: Input/output error (fix it (machine HOST login USER password "
                                    "PASSWORD; chmod 600), or set TWINE_USERNAME/TWINE_PASSWORD)")
+
+
+def test_install_back_beside_a_lent_torch_that_lacks_a_requirement(tmp_path: Path) -> None:
+    """The wheel installed --no-deps beside the build environment's torch: a requirement neither the index nor the
+    lent packages hold is named, before pip is asked (install_back's check of what was lent)."""
+    env = clean_env()
+    target = target_for(str(tmp_path / "index"), tmp_path, env)
+    with pytest.raises(PublishError) as info:
+        install_back._check_lent(target, "bk-lent===1.0", ["torch==2.9.1", "numpy>=2; python_version >= '3'"],
+                                 {"torch": "2.9.1"}, install_back._sources(target, ()),
+                                 "install numpy into the build environment")
+    assert info.value.exit_code == 8
+    assert info.value.render() == (f"bk-lent 1.0 requires numpy>=2; python_version >= \"3\": neither {target.simple_url} "
+                                   "nor the build environment (torch 2.9.1) holds it (install numpy into the build "
+                                   "environment)")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from build_kernel import fa3_variants
-from build_kernel.errors import RecipeError
+from build_kernel import plan as plan_mod
+from build_kernel.errors import PatchError, RecipeError
 from build_kernel.recipe.load import load
 from tests.conftest import run_cli, write_recipe, write_series
 
@@ -214,3 +215,16 @@ def test_an_order_profile_that_is_no_json(recipes: Path) -> None:
     [line] = problems(path)
     assert line == (f"{path}:10: build.order_profile: {path.parent / 'profile.json'}: no seconds or source column (the "
                     "header must name source and seconds) (fix the file, or remove the key)")
+
+
+def test_a_series_whose_cxx_standard_is_no_standard(recipes: Path) -> None:
+    """The series' info.toml (patches/s/v1) says cxx_standard = "c++17": refused when the plan reads the series."""
+    info = recipes / "patches" / "s" / "v1" / "info.toml"
+    info.write_text('cxx_standard = "c++17"\n')
+    path = write_recipe(recipes, "cxx", HEAD + BUILD)
+    with pytest.raises(PatchError) as caught:
+        plan_mod.resolve(load(str(path)), env={"HOME": str(recipes)}, cache_dir=recipes / "cache",
+                         output_dir=recipes / "out")
+    assert caught.value.exit_code == 5
+    assert caught.value.render() == (f"{info}: cxx_standard = 'c++17' is not a C++ standard (write a number "
+                                     "(cxx_standard = 17) or \"torch\" (the patches choose it from torch))")

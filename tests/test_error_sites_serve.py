@@ -28,6 +28,7 @@ from build_kernel.errors import ServeError
 from build_kernel.recipe import Serve
 from build_kernel.recipe.load import load
 from build_kernel.resources import Resources
+from build_kernel.stages import Context
 from build_kernel.stages.serve import (
     ServeStage,
     api_key,
@@ -443,3 +444,17 @@ def test_jit_prewarm_of_a_module_the_serve_interpreter_lacks(project: Path, tmp_
                            log_path=log_path, timeout=60)
     assert info.value.render() == ("loading the JIT module: no module 'sglang' (importing sglang.jit_kernel.nvfp4) "
                                    "(install that sglang into the serve environment, or fix [serve] jit_prewarm)")
+
+
+def test_serve_in_a_dry_run_before_the_build_environment_exists(project: Path, tmp_path: Path) -> None:
+    """`serve --dry-run` of a recipe whose torch environment was never made: a dry run creates nothing."""
+    plan = serve_plan(project, tmp_path, "https://example.invalid/x.git", "40ef116f011cf1599811af1089ddf00971092bcf",
+                      "", 'torch = "2.9.1"')
+    wheel = make_wheel(tmp_path / "out", "minikernel", "0.1.0")
+    ctx = Context(plan, dry_run=True, wheels=[wheel])
+    with pytest.raises(ServeError) as info:
+        ServeStage("check").run(ctx)
+    python = ctx.build_python()
+    assert not Path(python).exists()
+    assert info.value.render() == (f"the build environment for torch 2.9.1 is not made yet ({python}); a dry run "
+                                   f"creates nothing (build the wheel first: build-kernel build --recipe {plan.recipe.path})")
