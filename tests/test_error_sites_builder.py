@@ -244,18 +244,6 @@ def test_a_scheduler_the_environment_names_that_does_not_exist(project: Path, tm
                                    "not one of auto, static, governor (e.g. BUILD_KERNEL_SCHEDULER=governor)")
 
 
-def test_a_project_whose_project_table_is_inline(tmp_path: Path) -> None:
-    """tomllib reads its version (read_version passes), and no `[project]` table is there to stamp it in."""
-    (tmp_path / "pyproject.toml").write_text('project = { name = "pkg", version = "1.0" }\n')
-    backend = backends.ScikitBuildCore()
-    assert backend.read_version(tmp_path) == "1.0"
-    with pytest.raises(BuildError) as info:
-        backend.stamp_version(tmp_path, "1.0+cu130")
-    assert info.value.exit_code == 6
-    assert info.value.render() == (f"{tmp_path / 'pyproject.toml'}: no [project] table to stamp (write [project] as a "
-                                   "table with its own `version = \"...\"` line)")
-
-
 def test_a_backend_wheel_without_metadata(tmp_path: Path) -> None:
     wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
