@@ -6,7 +6,9 @@
 #
 # Upstream comes from a local snapshot with upstream's hashes through git's own config environment
 # (GIT_CONFIG_*: url.<snapshot>.insteadOf), never a committed file; without SNAPSHOT it is fetched from GitHub.
-# Nothing is built: each night's plan, series choice, conflict or retirement and lock (see README.md).
+# Nothing is built: each night's plan, series choice, conflict or retirement and lock (see README.md); with BUILT (a
+# folder of real nights' records, nights/*.json, as bench/nightly/build_nights.sh leaves them) those nights' build,
+# wheel and logs go into the records of the same commits (`--built`).
 set -eu
 export PYTHONUNBUFFERED=1 NO_COLOR=1 COLUMNS=200
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,9 +19,9 @@ if [ -n "${SNAPSHOT:-}" ]; then
         GIT_CONFIG_VALUE_0=https://github.com/sgl-project/sglang.git
 fi
 rm -rf "$OUT"; mkdir -p "$OUT"
-{ nproc; date -u; uptime; git -C "$REPO" rev-parse HEAD; echo "range=$RANGE recipe=nightly-cu130"
+{ nproc; date -u; uptime; git -C "$REPO" rev-parse HEAD; echo "range=$RANGE recipe=nightly-cu130${BUILT:+ built=$(basename "$BUILT")}"
   echo "series versions: $(ls "$REPO/patches/sm120" | tr "\n" " ")"; } > "$OUT/host.txt"
 start=$(date +%s)
 "${PYTHON:-python3}" -m build_kernel --json nightly --replay "$RANGE" --recipe nightly-cu130 --state-dir "$OUT" \
-    > "$OUT/replay.stdout.json" 2> "$OUT/replay.err"
+    ${BUILT:+--built "$BUILT"} > "$OUT/replay.stdout.json" 2> "$OUT/replay.err"
 echo "wall_s=$(( $(date +%s) - start ))" >> "$OUT/host.txt"
