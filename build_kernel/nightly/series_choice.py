@@ -206,8 +206,9 @@ def choose(plan: Plan, commit: str, *, reference: Series, good: str | None, offl
                 bad = first_bad(tree, reference, good, commit, src.subdir) if good else None
                 conflict = Conflict(stop.name, stop.detail or stop.state, bad)
             else:  # every version that applies carries a patch the recipe leaves out
-                declined = next((p.name for p in candidates[0].patches if patch_stem(p.name) in omitted), reference.name)
-                conflict = Conflict(declined, "the recipe leaves it out ([patches.omitted])", None)
+                left_out = next((p.name for p in candidates[0].patches if patch_stem(p.name) in omitted),
+                                reference.name)
+                conflict = Conflict(left_out, "the recipe leaves it out ([patches.omitted])", None)
     for version, why in tried:
         log.info(f"  series {version}: {why}")
     return Choice(chosen, reference, tuple(retired), conflict, tuple(tried), tuple(downgrades), tuple(declined))
