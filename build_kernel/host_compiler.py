@@ -144,7 +144,7 @@ def check_host_compiler(nvcc: str, cxx: str | None, env: Mapping[str, str] | Non
         return exc.render()
     if proc.returncode == 0:
         return None
-    tmpdir = (os.environ if env is None else env).get("TMPDIR")
+    tmpdir = env.get("TMPDIR") if env is not None else None  # every caller passes the plan's environment
     if tmpdir and "Could not open output file" in proc.stderr and not os.path.isdir(tmpdir):
         # nvcc writes its intermediate files there and says only that it could not open one
         what = "is not a folder" if os.path.exists(tmpdir) else "does not exist"
