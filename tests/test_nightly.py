@@ -487,3 +487,19 @@ def test_a_version_carrying_a_patch_the_recipe_leaves_out_is_no_candidate(tmp_pa
     assert choice.to_dict()["tried"] == [{"version": "v2", "why_not": "carries 0002-closing-line.patch, which the "
                                                                        "recipe leaves out ([patches.omitted]: not "
                                                                        "measured yet)"}]
+
+
+def test_the_nights_plan_takes_tonights_commit_as_one_the_chosen_version_was_made_for(tmp_path: Path) -> None:
+    """A version whose info.toml lists the commits it was made for (sm120/v12: 0753182b only) is built by the night
+    the series choice found it applies whole at: the night's plan adds tonight's commit (the fetch stage's
+    applicability check passes), and nothing is written to the series folder."""
+    from build_kernel.nightly import night
+    from build_kernel.stages.fetch import workspace
+
+    plan, good, broken = _two_versions(tmp_path, "v1")
+    info = plan.series.directory / "info.toml"
+    info.write_text(f'applies_to_commits = ["{good}"]\n')
+    tonight = night.for_night(plan, broken, "v1", "2026-01-07")
+    assert tonight.series.applies_to_commits == (good, broken) and tonight.version_dev == "20260107"
+    workspace.check_applicability(tonight, broken, "")  # raises PatchError for a commit it was not made for
+    assert info.read_text() == f'applies_to_commits = ["{good}"]\n'

@@ -78,7 +78,12 @@ def for_night(plan: Plan, commit: str, version: str, night: str) -> Plan:
     raw = {**r.raw, "source": {**r.raw.get("source", {}), "commit": commit},
            "patches": {**r.raw.get("patches", {}), "version": version}}
     recipe = replace(r, source=replace(r.source, commit=commit), patches=replace(r.patches, version=version), raw=raw)
-    return replace(plan, recipe=recipe, series=load_series(recipe.series_dir), version_dev=night.replace("-", ""))
+    series = load_series(recipe.series_dir)
+    # The series choice checked that this version applies whole at `commit` (what `patch check --commit` tells before
+    # a commit goes into info.toml's applies_to_commits): tonight's commit is one it was made for, in this plan only.
+    if series.applies_to_commits and commit not in series.applies_to_commits:
+        series = replace(series, applies_to_commits=(*series.applies_to_commits, commit))
+    return replace(plan, recipe=recipe, series=series, version_dev=night.replace("-", ""))
 
 
 def _skeleton(plan: Plan, opts: Options, started: str, tonight: dict[str, Any]) -> dict[str, Any]:
