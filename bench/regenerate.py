@@ -123,8 +123,14 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
                                            ("own-12.0a", "sgl_kernel-0.3.21+cu130.torch2.14.sm120a.g6ffc74e.pe29f8d"))
                     for f in raw("house_speed", f"local-2c-2026-12-07-{label}", "meta.json",
                                  *(f"{wheel}-{side}-{n}.json" for side in ("baseline", "ours") for n in (1, 2))))]),
-    # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh).
-    "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py", ["bench/nightly/raw/local-2c-2026-12-07"]),
+    # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh), the
+    # real nights merged (--built); the run before omitted patches were declined (98bccea); the real nights' table.
+    "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py",
+                                          ["bench/nightly/raw/local-2c-2026-12-07-built"]),
+    "bench/nightly/results/replay-before-omitted.json": ("bench/nightly/replay_table.py",
+                                                         ["bench/nightly/raw/local-2c-2026-12-07"]),
+    "bench/nightly/results/builds.json": ("bench/nightly/builds_table.py",
+                                          ["bench/nightly/raw/local-2c-builds-2026-12-07"]),
     # The same replay from a tree without patches/sm120/v13 (the rule's other case: v8 first, then v12, newer).
     "bench/nightly/results/replay-without-v13.json": ("bench/nightly/replay_table.py",
                                                       ["bench/nightly/raw/local-2c-2026-12-07-without-v13"]),

@@ -27,7 +27,8 @@ WORK=${WORK:-/work/.bench-nightly}
 OUT=${OUT:-$REPO/bench/nightly/raw/local-2c-builds-$(date -u +%Y-%m-%d)}
 NIGHTS=${NIGHTS:-"2026-03-06=6ffc74efd7d23627c0245efb61af7f62cde4a970 2026-05-20=7fda3caea41e15cd1f7f1346b825f113e5b27b77 2026-05-26=0753182b50f041be7f8c6e7f5c01ff79e655ecfb"}
 mkdir -p "$OUT" "$WORK"
-rm -rf "$WORK/state" "$WORK/ccache" "$WORK/pypi/server.log"
+rm -rf "$WORK/state" "$WORK/pypi/server.log"
+[ "${KEEP_CCACHE:-0}" = 1 ] || rm -rf "$WORK/ccache"
 
 # The upstream: main at the night's commit.
 U=$WORK/upstream.git
@@ -90,9 +91,13 @@ export TWINE_USERNAME=nightly TWINE_PASSWORD=$PASS
 
 export BUILD_KERNEL_CACHE_DIR=$WORK/cache BUILD_KERNEL_OUTPUT_DIR=$WORK/wheels
 export BUILD_KERNEL_COMPILE_CACHE=ccache CCACHE_DIR=$WORK/ccache
+# No GPU driver on this box: the install-back imports the published wheel, which links libcuda.so.1. STUB (a folder
+# holding a libcuda.so.1 whose every call answers CUDA_ERROR_NO_DEVICE, e.g. the one the build generates under
+# WORK/cache/driver-stub/) goes on LD_LIBRARY_PATH for the whole night, as verify puts its own (cuda_driver.for_load).
+[ -n "${STUB:-}" ] && export LD_LIBRARY_PATH=$STUB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 { nproc; date -u; uptime; grep -E 'MemTotal|MemAvailable' /proc/meminfo; git -C "$REPO" rev-parse HEAD
   "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; nvcc --version | tail -1
-  ccache --version | head -1; echo "nights: $NIGHTS"; echo "index: http://127.0.0.1:$PORT/ (pypiserver, htpasswd)"
+  ccache --version | head -1; echo "nights: $NIGHTS"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "index: http://127.0.0.1:$PORT/ (pypiserver, htpasswd)"
 } > "$OUT/host.txt" 2>&1
 ccache -z > /dev/null 2>&1
 for item in $NIGHTS; do

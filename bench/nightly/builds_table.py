@@ -30,7 +30,8 @@ def _load(text: str) -> list[float]:
 def rows(raw: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     before = {"hits": 0, "misses": 0}
-    for folder in sorted(p for p in raw.iterdir() if p.is_dir() and re.match(r"^\d{4}-\d{2}-\d{2}-[0-9a-f]{12}$", p.name)):
+    for folder in sorted(p for p in raw.iterdir() if p.is_dir() and re.match(r"^\d{4}-\d{2}-\d{2}-[0-9a-f]{12}$", p.name)
+                         and (p / "rc.txt").is_file()):  # a night still running has no rc.txt yet
         rc_text = (folder / "rc.txt").read_text()
         rec = json.loads((folder / "record.json").read_text()) if (folder / "record.json").is_file() else None
         err = (folder / "night.err").read_text(errors="replace")

@@ -9,6 +9,7 @@ history.json and the recipes' index.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -18,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from build_kernel.nightly import history_page
 
-RAW = ROOT / "bench" / "nightly" / "raw" / "local-2c-2026-12-07"
+# The replay with the real nights merged (--built raw/local-2c-builds-2026-12-07): their logs are paths from the root.
+RAW = ROOT / "bench" / "nightly" / "raw" / "local-2c-2026-12-07-built"
 PAGE = ROOT / "bench" / "nightly" / "page"
 
 
@@ -27,6 +29,8 @@ def main() -> None:
     ap.add_argument("--raw", type=Path, default=RAW)
     ap.add_argument("--out", type=Path, help="one file: the page (.html) or its history.json (.json)")
     args = ap.parse_args()
+    args.raw, args.out = args.raw.resolve(), args.out.resolve() if args.out else None
+    os.chdir(ROOT)  # the built nights' logs are named from the repository's root (bench/nightly/pack_builds.py)
     if args.out is None:
         shutil.rmtree(PAGE / "history", ignore_errors=True)
         for page in history_page.write(args.raw, PAGE):
