@@ -260,7 +260,8 @@ def publish(
                               f"{c.wheel.name} (sha256 {fetched[:12]}… vs {c.sha256[:12]}…): the fleet would "
                               "install that other build", "bump the build (a new local version label) and publish again")
         log.info(target.redact(f"installed {c.project}=={c.version} back from {target.simple_url}"
-                               + (f"; imported {', '.join(imports)}" if imports else "")))
+                               + (f"; imported {', '.join(imports)}" if imports else "")
+                               + (f" (libcuda: {installed.driver})" if installed.driver and imports else "")))
         done.append(Published(c.wheel.name, c.project, c.version, c.sha256, status, c.verified, target.simple_url,
                               fetched, imports, installed.dependencies))
     return PublishResult(target, done)

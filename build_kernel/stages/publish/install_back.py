@@ -4,10 +4,13 @@ pip, with every configured index and find-links switched off, installs `name===e
 and what it requires (its torch) from the target's simple URL (and the wheelhouses named with
 `--find-links`) into a fresh venv (fresh_env); the bytes it fetched must be the bytes we published
 (the stage compares them), and the wheel's modules must import, from that venv, with its interpreter.
+Where the wheel's own libraries link the CUDA driver and the host has none, the import loads them with
+a stand-in libcuda, as verify's does (cuda_driver.for_load); `Installed.driver` says which.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -21,7 +24,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from build_kernel import import_probe
+from build_kernel import cuda_driver, import_probe
 from build_kernel.errors import BuildKernelError, PublishError
 from build_kernel.stages.publish import fresh_env
 from build_kernel.stages.publish.backends import last_line, reachability, run
@@ -32,6 +35,8 @@ INSTALL_TIMEOUT_S = 600.0
 # pip settings that only shape the connection; every other PIP_* variable (extra index
 # URLs, find-links, constraints) could let pip take the package from somewhere else.
 _PIP_ENV_KEPT = ("PIP_CERT", "PIP_CLIENT_CERT", "PIP_TRUSTED_HOST", "PIP_PROXY", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
+_LIBRARY = re.compile(r"\.so(\.\d+)*$")  # verify's: libfoo.so, libfoo.so.1.2
+_NO_DRIVER_NEEDED = "no library links libcuda"
 
 
 def _pip_env(base: Mapping[str, str]) -> dict[str, str]:
@@ -74,12 +79,14 @@ class _Missing(Exception):
 @dataclass
 class Installed:
     """What the install-back proved: the bytes pip fetched, each module's import, where each dependency came
-    from (`name version` -> URL, or the build environment when it stood in)."""
+    from (`name version` -> URL, or the build environment when it stood in), and how the import found the CUDA
+    driver its libraries link (cuda_driver.for_load's words; None when no module was imported)."""
 
     fetched: str | None
     imports: dict[str, str]
     dependencies: dict[str, str] = field(default_factory=dict)
     lent: list[str] = field(default_factory=list)
+    driver: str | None = None
 
 
 def _sources(target: Target, find_links: Sequence[str]) -> str:
@@ -205,19 +212,39 @@ def install_back(target: Target, project: str, version: str, *, modules: Sequenc
         dependencies = {f"{e['metadata']['name']} {e['metadata']['version']}": target.redact(
             e.get("download_info", {}).get("url", "?")) for e in entries if e is not ours}
         dependencies.update({what: "the build environment (linked in: not on the index)" for what in lent})
-        imports = _import_check(target, fresh.site, cwd, modules, fresh.python, env, log_path)
-    return Installed(fetched, imports, dependencies, lent)
+        stub_dir, driver = (cuda_driver.for_load(own_libraries(fresh.site, project, version), tmp / "driver",
+                                                 env.get("CUDA_HOME") or None, env=env) if modules else (None, None))
+        imports = _import_check(target, fresh.site, cwd, modules, fresh.python, env, log_path, stub_dir, driver)
+    return Installed(fetched, imports, dependencies, lent, driver)
+
+
+def own_libraries(site: Path, project: str, version: str) -> list[Path]:
+    """The shared libraries (ELF) the wheel `project version` installed, from its RECORD in `site`: not the
+    venv's others (a lent torch's, whose driver needs are not the wheel's)."""
+    found: set[Path] = set()
+    for dist in importlib.metadata.distributions(path=[str(site)]):
+        if canonicalize_name(dist.metadata["Name"] or "") != project or dist.version != version:
+            continue
+        for file in dist.files or ():
+            path = Path(str(dist.locate_file(file)))
+            if _LIBRARY.search(file.name) and path.is_file() and not path.is_symlink():
+                with path.open("rb") as fh:
+                    if fh.read(4) == b"\x7fELF":
+                        found.add(path.resolve())
+    return sorted(found)
 
 
 def _import_check(target: Target, site: Path, cwd: Path, modules: Sequence[str], python: str,
-                  env: Mapping[str, str], log_path: Path | None) -> dict[str, str]:
-    """Each module must import, and from `site`: not from a copy installed elsewhere."""
+                  env: Mapping[str, str], log_path: Path | None, stub_dir: Path | None = None,
+                  driver: str | None = None) -> dict[str, str]:
+    """Each module must import, and from `site`: not from a copy installed elsewhere. `stub_dir`: a folder
+    with a stand-in libcuda.so.1 (cuda_driver.for_load), put on LD_LIBRARY_PATH."""
     if not modules:
         return {}
     try:
         probe = import_probe.run(python, modules, path=[], base_env=env, cwd=cwd, error=PublishError,
                                  what="importing the installed wheel", log=log_path, timeout=INSTALL_TIMEOUT_S,
-                                 secrets=target.secret_forms)
+                                 secrets=target.secret_forms, ld_library_path=[stub_dir] if stub_dir else [])
     except BuildKernelError as exc:
         raise target.fail(exc.message, exc.hint) from None
     if probe.crashed is not None:
@@ -232,6 +259,8 @@ def _import_check(target: Target, site: Path, cwd: Path, modules: Sequence[str],
         else:
             outcome[name] = "ok"
     if problems:
+        if driver and driver != _NO_DRIVER_NEEDED:
+            problems.append(f"libcuda: {driver}")
         raise target.fail(f"installed back from {target.label}, but {'; '.join(problems)}",
                           "the wheel on the index does not work here: fix it and publish a new build")
     return outcome
