@@ -275,12 +275,12 @@ def test_redis_stopped_mid_build_the_build_still_succeeds(project: Path, tmp_pat
     if tool == "sccache":  # its server waits on a dead Redis: the watch kills it, once
         assert record["storage_lost"] is True, record
         assert err.count("stopped answering mid-build") == 1, err
-        # What the user gets: the build ends in bounded time (here 120 s after the stop on a loaded
-        # 2-core host; with the server left waiting on the dead store, 588 s), and the compiles after
-        # the loss ran on a server without the store (counted there, their objects in the local
-        # folder), none waiting out a store timeout (the only error is the loss itself; 14 without).
-        assert after_s < 240, f"the build took {after_s:.0f} s after Redis stopped"
-        assert record["errors"] == 1 and record["hits"] == 0 and record["misses"] >= 1, record
+        # What the user gets: the compiles after the loss ran on a server without the store (counted
+        # there, their objects in the local folder), none waiting out a store timeout: the only error is
+        # the loss itself (14 with the server left waiting on the dead store, and the build then took 588 s
+        # after the stop against ~120 s on a loaded 2-core host). Judged by that count, not by the seconds,
+        # which follow the machine's load.
+        assert record["errors"] == 1 and record["hits"] == 0 and record["misses"] >= 1, (record, f"{after_s:.0f} s")
         assert any(p.is_file() for p in (home / "compile-cache" / "sccache").rglob("*")), "nothing compiled locally"
 
 
