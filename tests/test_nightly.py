@@ -354,6 +354,24 @@ def test_a_tag_pattern_follows_the_newest_release(tmp_path: Path) -> None:
         upstream.newest_tag(plan, "v9.*", str(repo_dir))
 
 
+def test_a_tag_pattern_is_listed_through_the_users_mirror(tmp_path: Path) -> None:
+    """The recipe's public URL is not reachable (a build farm behind a mirror): the tags are listed where the user's
+    [mirrors] sends every fetch of it."""
+    from build_kernel import recipe as recipes
+    from build_kernel.nightly import upstream
+    from build_kernel.plan import resolve
+
+    mirror = tmp_path / "mirror" / "upstream.git"
+    for tag in ("v0.4.1", "v0.4.3"):
+        commit_files(mirror, {"VERSION": tag}, tag)
+        git.Repo(mirror).create_tag(tag)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[mirrors]\n"https://example.invalid/" = "{(tmp_path / "mirror").as_uri()}/"\n')
+    plan = resolve(recipes.load("demo-cppext"), env={"PATH": os.environ["PATH"], "BUILD_KERNEL_CONFIG": str(config)},
+                   cache_dir=tmp_path / "cache")
+    assert upstream.newest_tag(plan, "v0.4.*", "https://example.invalid/upstream.git") == "v0.4.3"
+
+
 def test_a_tag_server_that_never_answers_is_a_timeout_not_a_hang(tmp_path: Path) -> None:
     """`git ls-remote` of a tag pattern under the network's fetch timeout: a real `git://` socket that accepts and
     never answers (the kernel's backlog accepts; nothing reads or writes) fails the night in 1 s with the fix."""

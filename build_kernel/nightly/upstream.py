@@ -58,7 +58,8 @@ def newest_tag(plan: Plan, pattern: str, url: str | None = None) -> str:
     # The network's own limits (network.py): git's HTTP stall timeout, and the fetch timeout for every protocol (a
     # `git://` or ssh server that accepts and never answers would hold the night forever).
     net = network.settings(plan.env)
-    proc = process.run(["git", *net.git_options(), "ls-remote", "--tags", "--refs", url], error=FetchError,
+    listed = plan.mirrors.rewrite(url).fetch_url  # through the user's [mirrors], as every fetch of it goes
+    proc = process.run(["git", *net.git_options(), "ls-remote", "--tags", "--refs", listed], error=FetchError,
                        what=f"listing the tags of {url}", env=plan.env, check=True, timeout=net.fetch_cap_s,
                        fix=f"check the server and your network, or raise {network.FETCH_TIMEOUT_ENV}")
     tags = [line.split("refs/tags/", 1)[1] for line in proc.stdout.splitlines() if "refs/tags/" in line]
