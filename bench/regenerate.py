@@ -82,6 +82,8 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
         *raw("header_diet", "local-2c-2026-12-07-tus", "v8-sm120a-2c-raw.tar.gz"), "--baseline-key", "b5c13932b44c4a5edbff"]),
     "bench/header_diet/results/probes.json": ("bench/header_diet/phases.py", [
         "report", "bench/header_diet/raw/local-2c-2026-12-07-probes"]),
+    "bench/header_diet/results/builds-2c.json": ("bench/header_diet/builds.py", [
+        *raw("header_diet", "local-2c-2026-12-07-pair", "v8-sm120a-2c-raw.tar.gz", "v13-sm120a-2c-raw.tar.gz")]),
     "bench/header_diet/results/builds-h100.json": ("bench/header_diet/builds.py", [
         *raw("header_diet", "h100-2026-12-07-pair", "v8-sm120a-h100-raw.tar.gz", "v13-sm120a-h100-raw.tar.gz")]),
     "bench/upstream_tests/results/upstream-tests.json": ("bench/upstream_tests/tests_report.py", [
