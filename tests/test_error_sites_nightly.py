@@ -83,10 +83,8 @@ def test_a_record_of_another_shape_is_named_by_its_first_problem(tmp_path: Path)
                                   f"{', '.join(record.OUTCOMES)})")
 
 
-def test_tonight_of_a_branch_upstream_does_not_have(project: Path, tmp_path: Path,
-                                                   make_repo: Callable[..., tuple[Path, str]]) -> None:
-    """The nights follow a branch a real upstream repository lacks: one line naming the upstream and the fix."""
-    repo, sha = make_repo("up", {"a.txt": "a\n"})
+def _nightly_plan(project: Path, tmp_path: Path, repo: Path, sha: str) -> plan_mod.Plan:
+    """The plan of a one-series recipe following the real repository `repo` at `sha`."""
     write_series(project, "s", "v1", {})
     path = write_recipe(project, "n", f"""\
         [source]
@@ -98,8 +96,15 @@ def test_tonight_of_a_branch_upstream_does_not_have(project: Path, tmp_path: Pat
         [build]
         arch = ["12.0a"]
         """)
-    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    return plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
                             cache_dir=tmp_path / "cache", output_dir=tmp_path / "out")
+
+
+def test_tonight_of_a_branch_upstream_does_not_have(project: Path, tmp_path: Path,
+                                                   make_repo: Callable[..., tuple[Path, str]]) -> None:
+    """The nights follow a branch a real upstream repository lacks: one line naming the upstream and the fix."""
+    repo, sha = make_repo("up", {"a.txt": "a\n"})
+    plan = _nightly_plan(project, tmp_path, repo, sha)
     with pytest.raises(FetchError) as info:
         upstream.resolve(plan, "release/v9", None)
     assert info.value.exit_code == 4
@@ -113,19 +118,7 @@ def test_a_tag_pattern_no_tag_of_upstream_matches(project: Path, tmp_path: Path,
     """--upstream 'v9.*' against a real repository whose one tag is v1.0 (git ls-remote asks it; nothing fetched)."""
     repo, sha = make_repo("up", {"a.txt": "a\n"})
     subprocess.run(["git", "-C", str(repo), "tag", "v1.0"], check=True, capture_output=True)
-    write_series(project, "s", "v1", {})
-    path = write_recipe(project, "n", f"""\
-        [source]
-        repo = "{repo}"
-        commit = "{sha}"
-        [patches]
-        series = "s"
-        version = "v1"
-        [build]
-        arch = ["12.0a"]
-        """)
-    plan = plan_mod.resolve(load(str(path)), env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                            cache_dir=tmp_path / "cache", output_dir=tmp_path / "out")
+    plan = _nightly_plan(project, tmp_path, repo, sha)
     with pytest.raises(FetchError) as info:
         upstream.resolve(plan, "v9.*", None)
     assert info.value.exit_code == 4
