@@ -27,7 +27,10 @@ WORK=${WORK:-/work/.bench-nightly}
 OUT=${OUT:-$REPO/bench/nightly/raw/local-2c-builds-$(date -u +%Y-%m-%d)}
 NIGHTS=${NIGHTS:-"2026-03-06=6ffc74efd7d23627c0245efb61af7f62cde4a970 2026-05-20=7fda3caea41e15cd1f7f1346b825f113e5b27b77 2026-05-26=0753182b50f041be7f8c6e7f5c01ff79e655ecfb"}
 mkdir -p "$OUT" "$WORK"
-rm -rf "$WORK/state" "$WORK/pypi/server.log"
+# KEEP_STATE=1 goes on from the state folder and index a run before left (its last good night, an interrupted night
+# that the same command resumes): the sample's later nights run after the first, as a service's nights do.
+[ "${KEEP_STATE:-0}" = 1 ] || rm -rf "$WORK/state"
+rm -f "$WORK/pypi/server.log"
 [ "${KEEP_CCACHE:-0}" = 1 ] || rm -rf "$WORK/ccache"
 
 # The upstream: main at the night's commit.
@@ -73,7 +76,7 @@ cp "$RECIPE" "$OUT/recipe.toml"
 mkdir -p "$WORK/pypi/packages"
 [ -n "$(ls "$WORK/pypi/packages"/torch-2.14.1-*.whl 2>/dev/null)" ] || \
     "$PY" -m pip download -q torch==2.14.1 -d "$WORK/pypi/packages" > "$OUT/seed.log" 2>&1
-find "$WORK/pypi/packages" -name 'sgl_kernel-*' -delete
+[ "${KEEP_STATE:-0}" = 1 ] || find "$WORK/pypi/packages" -name 'sgl_kernel-*' -delete
 PASS=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
 "$PY" - "$WORK/pypi/htpasswd" "$PASS" <<'EOF'
 import sys, warnings
@@ -95,15 +98,17 @@ export BUILD_KERNEL_COMPILE_CACHE=ccache CCACHE_DIR=$WORK/ccache
 # holding a libcuda.so.1 whose every call answers CUDA_ERROR_NO_DEVICE, e.g. the one the build generates under
 # WORK/cache/driver-stub/) goes on LD_LIBRARY_PATH for the whole night, as verify puts its own (cuda_driver.for_load).
 [ -n "${STUB:-}" ] && export LD_LIBRARY_PATH=$STUB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+HOSTF=$OUT/host.txt; [ -e "$HOSTF" ] && HOSTF=$OUT/host-$(date -u +%H%M%S).txt  # one per run into OUT
 { nproc; date -u; uptime; grep -E 'MemTotal|MemAvailable' /proc/meminfo; git -C "$REPO" rev-parse HEAD
   "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; nvcc --version | tail -1
   ccache --version | head -1; echo "nights: $NIGHTS"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "index: http://127.0.0.1:$PORT/ (pypiserver, htpasswd)"
-} > "$OUT/host.txt" 2>&1
+} > "$HOSTF" 2>&1
 ccache -z > /dev/null 2>&1
 for item in $NIGHTS; do
     night=${item%%=*} commit=${item#*=}
     D=$OUT/$night-${commit:0:12}
-    rm -rf "$D"; mkdir -p "$D"
+    [ -e "$D" ] && mv "$D" "$D.before-$(date -u +%H%M%S)"  # an earlier try of the night is kept, never overwritten
+    mkdir -p "$D"
     git -C "$U" update-ref refs/heads/main "$commit"
     uptime > "$D/load.txt"
     t0=$(date +%s)
