@@ -43,8 +43,10 @@ DIETED = ("nvfp4_scaled_mm_kernels.cu", "nvfp4_blockwise_moe.cu", "fp8_gemm_kern
 
 def nvcc_command(cmake: Path, target_dir: str, source: str) -> list[str]:
     """build.ninja's nvcc line for `source`'s object (the whole TU), as split_tus' phases.py reads it, without
-    `-x cu` too."""
-    return split_phases.nvcc_command(cmake, target_dir, source, part="", drop=("-MD", "-c", "-x", "cu"))
+    `-x cu` too, and without a second launcher (the tool's nvcc_paths.py since e7c93fa: `... -- nvcc ...`; it maps
+    the build folder's paths only, and both series compile with the same line)."""
+    line = split_phases.nvcc_command(cmake, target_dir, source, part="", drop=("-MD", "-c", "-x", "cu"))
+    return line[len(line) - line[::-1].index("--"):] if "--" in line else line
 
 
 def _pair(text: str) -> tuple[str, Path]:
