@@ -52,12 +52,18 @@ def test_whole_pipeline_json_then_again_from_the_caches(demo_build: DemoBuild, p
     assert fp4["minikernel/sm100/common_ops.so"] and fp4["minikernel/lib/comm_ops.so"] is None
     assert stages["publish"]["status"] == "done" and (index / Path(summary["wheel"]).name).is_file()
     assert stages["serve"]["status"] == "no [serve] model in the recipe"
-    # Again (offline; a new index, as the first one has this version now): verify answers from its record.
-    write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{tmp_path / "index2"}"\n')
+    # Again (offline): verify answers from its record. What these two runs are about is verify, so the recipe
+    # leaves out [test] and [publish] (neither is a build or verify input: the build is still the cache hit), whose
+    # stages the first run showed: each would rerun the miniature's tests and publish with an install-back.
+    text = demo_recipe_text("v1")
+    write_recipe(project, "r", text[:text.index("\n[test]\n")])
     again = run_cli(*args, "--offline")
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["stages"]["verify"]["from_record"] and "--recheck runs them again" in again.stderr
-    write_recipe(project, "r", demo_recipe_text("v1") + f'\n[publish]\ntarget = "{tmp_path / "index3"}"\n')
+    stages = json.loads(again.stdout)["stages"]
+    assert stages["build"]["status"] == "cached" and stages["verify"]["from_record"]
+    assert "--recheck runs them again" in again.stderr
+    assert stages["test"]["status"] == "no [test] paths in the recipe"
+    assert stages["publish"]["status"] == "skipped: the recipe has no [publish] target"
     rechecked = run_cli(*args, "--offline", "--recheck")
     assert rechecked.returncode == 0, rechecked.stderr
     assert not json.loads(rechecked.stdout)["stages"]["verify"]["from_record"]
