@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -187,6 +188,61 @@ def unpruned_demo_build(demo_build: DemoBuild, tmp_path_factory: pytest.TempPath
     assert built.returncode == 0, built.stdout + built.stderr
     [wheel] = list(out.glob("*.whl"))
     return wheel
+
+
+# A test-only patch over 0001-0003 (upstream's hard-coded gencode list still in place): the sm100 library's NVFP4
+# define gated on a CUDA version read from a variable that is empty where it is read (upstream's failure mode:
+# CUDA_VERSION before torch's FindCUDA ran; here a misspelt name, equally empty), so FP4 is compiled out.
+FP4_GATE_PATCH = """\
+Description: NVFP4 for the sm100 library gated on an empty CUDA version variable (test only)
+Forwarded: not-needed
+---
+--- a/CMakeLists.txt
++++ b/CMakeLists.txt
+@@ -116,9 +116,14 @@
+ )
+\x20
+ # =========================== Common SM100+ Build =========================== #
++# NVFP4 from CUDA 12.8 (the version read from a variable that is empty here: CUDA_VERSION before FindCUDA)
++set(MINIKERNEL_SM100_NVFP4 "")
++if("${MINIKERNEL_CUDA_VER}" VERSION_GREATER_EQUAL "12.8")
++    set(MINIKERNEL_SM100_NVFP4 "-DENABLE_NVFP4=1")
++endif()
+ add_library(common_ops_sm100_build SHARED ${SOURCES})
+ target_compile_options(common_ops_sm100_build PRIVATE
+-    $<$<COMPILE_LANGUAGE:CUDA>:${MINIKERNEL_CUDA_FLAGS} -DENABLE_NVFP4=1>
++    $<$<COMPILE_LANGUAGE:CUDA>:${MINIKERNEL_CUDA_FLAGS} ${MINIKERNEL_SM100_NVFP4}>
+ )
+ set_target_properties(common_ops_sm100_build PROPERTIES
+     OUTPUT_NAME "common_ops"
+"""
+
+
+class UpstreamArchsBuild:
+    def __init__(self, wheel: Path, recipe: Path) -> None:
+        self.wheel, self.recipe = wheel, recipe
+
+
+@pytest.fixture(scope="session")
+def upstream_archs_build(tmp_path_factory: pytest.TempPathFactory) -> UpstreamArchsBuild:
+    """The miniature with the policy guards, the CCCL path and C++20 only (0001-0003: no arch patch, so upstream's
+    hard-coded gencode list, every arch) and FP4_GATE_PATCH, built for 12.0a once per session: the wheel both
+    test_build's arch-list test and test_verify's FP4-compiled-out test read (one build of the miniature for all
+    five archs, ~130 CPU s, where each test built its own)."""
+    from build_kernel.series import write_lock
+
+    root = tmp_path_factory.mktemp("upstream-archs")
+    (root / "recipes").mkdir()
+    names = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())[:3]
+    series = copy_series(root, names, "p3")
+    (series / "0004-nvfp4-gated-on-an-empty-variable.patch").write_text(FP4_GATE_PATCH)
+    (series / "series").write_text("".join(f"{n}\n" for n in [*names, "0004-nvfp4-gated-on-an-empty-variable.patch"]))
+    write_lock(series)
+    recipe = write_recipe(root, "r", demo_recipe_text("p3"))
+    built = run_cli("--cache-dir", str(tmp_path_factory.mktemp("upstream-archs-cache")), "--output-dir",
+                    str(root / "wheels"), "--jobs", "2", "--json", "build", "--recipe", str(recipe))
+    assert built.returncode == 0, built.stdout + built.stderr
+    return UpstreamArchsBuild(Path(json.loads(built.stdout)["wheel"]), recipe)
 
 
 # A double of the CUDA driver, for `--arch native` on a host without a GPU (no GPU can run here): a real shared

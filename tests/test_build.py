@@ -19,7 +19,16 @@ from build_kernel import toolchain
 from build_kernel.archs import parse_arch_list
 from build_kernel.stages.builder import cudawheels, ninja_order
 from build_kernel.stages.builder import provenance as builder_provenance
-from tests.conftest import REPO_ROOT, DemoBuild, commit_files, copy_series, demo_recipe_text, run_cli, write_recipe
+from tests.conftest import (
+    REPO_ROOT,
+    DemoBuild,
+    UpstreamArchsBuild,
+    commit_files,
+    copy_series,
+    demo_recipe_text,
+    run_cli,
+    write_recipe,
+)
 
 pytestmark = pytest.mark.slow
 PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
@@ -94,14 +103,11 @@ def test_policy_guard_alone_then_fails_on_cccl_include(project: Path, tmp_path: 
     assert "cuda/std/array: No such file or directory" in proc.stderr
 
 
-def test_without_arch_patches_12_0a_still_compiles_hopper_code(project: Path, tmp_path: Path) -> None:
-    # Policy guards, CCCL path and C++20: it builds, but TORCH_CUDA_ARCH_LIST=12.0a is ignored.
-    copy_series(project, PATCHES[:3], "p3")
-    write_recipe(project, "r", demo_recipe_text("p3"))
-    proc = cli_build(project, "r", tmp_path / "cache", "--jobs", "2")
-    assert proc.returncode == 0, proc.stderr
-    wheel = Path(json.loads(proc.stdout)["wheel"])
-    verify = run_cli("--json", "verify", str(wheel), "--recipe", str(project / "recipes/r.toml"))
+def test_without_arch_patches_12_0a_still_compiles_hopper_code(upstream_archs_build: UpstreamArchsBuild) -> None:
+    # Policy guards, CCCL path and C++20: it builds, but TORCH_CUDA_ARCH_LIST=12.0a is ignored. (The session's
+    # build of that series, conftest.upstream_archs_build; its FP4 gate is test_verify's.)
+    wheel = upstream_archs_build.wheel
+    verify = run_cli("--json", "verify", str(wheel), "--recipe", str(upstream_archs_build.recipe))
     report = json.loads(verify.stdout)
     libs = {lib["path"]: lib["archs"] for lib in report["libraries"]}
     assert {"sm_90", "sm_90a", "sm_120a"} <= set(libs["minikernel/sm100/common_ops.so"])

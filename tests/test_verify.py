@@ -19,20 +19,11 @@ from build_kernel.stages.builder import provenance
 from build_kernel.stages.verify import checks as verify
 from build_kernel.stages.verify import prune_proof
 from build_kernel.stages.verify.report import require_verified
-from tests.conftest import REPO_ROOT, DemoBuild, copy_series, demo_recipe_text, run_cli, wheel_with, write_recipe
+from tests.conftest import REPO_ROOT, DemoBuild, UpstreamArchsBuild, run_cli, wheel_with
 
 pytestmark = pytest.mark.slow
-PATCHES = sorted((REPO_ROOT / "patches/minikernel/v1/series").read_text().split())
 DEMO = recipe_mod.load("demo")
 ARCH = parse_arch_list("12.0a")
-
-
-def build_variant(project: Path, tmp_path: Path, version: str, *args: str) -> Path:
-    write_recipe(project, "r", demo_recipe_text(version))
-    proc = run_cli("--cache-dir", str(tmp_path / "cache"), "--output-dir", str(project / "wheels"), *args,
-                   "--json", "build", "--recipe", str(project / "recipes/r.toml"))
-    assert proc.returncode == 0, proc.stderr
-    return Path(json.loads(proc.stdout)["wheel"])
 
 
 def test_good_wheel_passes_on_a_gpu_less_host(demo_build: DemoBuild) -> None:
@@ -104,19 +95,11 @@ def test_wheel_lacking_sm120a_fails(demo_build: DemoBuild, tmp_path: Path) -> No
     assert any("sm_100a was not asked for" in w for w in report.warnings)
 
 
-def test_wheel_built_without_fp4_define_fails(project: Path, tmp_path: Path, demo_build: DemoBuild) -> None:
-    # Upstream's failure mode: NVFP4 gated on a version variable that is empty where it is
-    # read (CUDA_VERSION before torch's FindCUDA ran); here a misspelt name, equally empty.
-    def gate_on_empty_cuda_version(name: str, text: str) -> str:
-        if "honour-torch-cuda-arch-list" not in name:
-            return text
-        gated = text.replace('AND "${MINIKERNEL_CUDA_VERSION}" VERSION_GREATER_EQUAL "12.8")',
-                             'AND "${MINIKERNEL_CUDA_VER}" VERSION_GREATER_EQUAL "12.8")')
-        assert gated != text
-        return gated
-
-    copy_series(project, PATCHES, "nofp4", edit=gate_on_empty_cuda_version)
-    wheel = build_variant(project, tmp_path, "nofp4")
+def test_wheel_built_without_fp4_define_fails(upstream_archs_build: UpstreamArchsBuild, demo_build: DemoBuild) -> None:
+    # Upstream's failure mode: NVFP4 gated on a version variable that is empty where it is read (CUDA_VERSION
+    # before torch's FindCUDA ran); here a misspelt name, equally empty: conftest.FP4_GATE_PATCH, in the session's
+    # build without the arch patches (its sm100 library holds sm_120a among upstream's archs).
+    wheel = upstream_archs_build.wheel
     report = verify.verify(wheel, DEMO.verify, ARCH, env=os.environ)
     assert not report.passed
     [failure] = report.failures
