@@ -63,6 +63,12 @@ if [ -z "$WHEEL" ]; then
 fi
 [ -n "$WHEEL" ] || { step "no kernel wheel (WHEEL, one in $BUILD_KERNEL_OUTPUT_DIR, or a build): see build.err"; exit 1; }
 echo "wheel: $WHEEL $(sha256sum "$WHEEL" 2>/dev/null | cut -d' ' -f1)" >> "$R/host.txt"
+# serve refuses a wheel without a passing verify record for its bytes (`build` alone writes none): verify it here,
+# with the import check and the GPU's, as `make wheel` would.
+if [ "$DRY" != 1 ]; then
+  python3 -m build_kernel --offline --json verify "$WHEEL" --recipe "$RECIPE" > "$R/verify.json" 2> "$R/verify.err"
+  step "verify rc=$?"
+fi
 
 # 2. The serve environment and the FP8 copy.
 SERVE_PYTHON=${SERVE_PYTHON:-}
