@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -140,29 +138,6 @@ def test_dead_dependency_pin_fails_without_override(demo_build: DemoBuild, proje
     assert result["provenance"]["defines"]["FETCHCONTENT_SOURCE_DIR_MINIDEP"]
 
 
-# What a demo build keeps in its cache (no serve or test environments: the build needs none of them).
+# What a demo build keeps in its cache (no serve or test environments: the build needs none of them); the tests that
+# build in a copy of the session's cache copy these (test_interrupt, test_kill_anywhere).
 BUILD_CACHE = ("build", "deps", "driver-stub", "examples", "link", "logs", "mirrors", "src", "wheels", "profile.sqlite")
-
-
-def test_force_recompiles_everything(demo_build: DemoBuild, tmp_path: Path) -> None:
-    """In a copy of the session's cache: its build folder and cached wheel are there (a plain build is a cache
-    hit), and the forced rebuild leaves the session's wheel, and the verify record beside it, as they are."""
-    cache, session_wheel = tmp_path / "cache", demo_build.wheel.read_bytes()
-    for name in BUILD_CACHE:
-        if (demo_build.cache / name).is_dir():
-            shutil.copytree(demo_build.cache / name, cache / name, symlinks=True)
-        elif (demo_build.cache / name).is_file():
-            shutil.copy2(demo_build.cache / name, cache / name)
-    args = ("--cache-dir", str(cache), "--output-dir", str(tmp_path / "out"), "--arch", "12.0a", "--json", "build",
-            "--recipe", "demo")
-    hit = run_cli(*args)
-    assert hit.returncode == 0 and json.loads(hit.stdout)["cached"] is True, hit.stdout + hit.stderr
-    proc = run_cli(*args, "--force")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["cached"] is False
-    log = Path(result["log"]).read_text().split("# build-kernel ")[-1]  # this attempt (the log is appended)
-    for source in ("activation.cu", "nvfp4_quant.cu", "common_extension.cc"):
-        assert re.search(rf"-c \S*/csrc/{re.escape(source)}\b", log), source
-    assert "ninja: no work to do" not in log
-    assert demo_build.wheel.read_bytes() == session_wheel  # the session's wheel untouched

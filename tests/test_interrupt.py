@@ -1,14 +1,17 @@
 """Ctrl-C (issue 66, item 5): "interrupted during <step>; run the same command to resume", exit 130, nothing
 half-written, and the same command resumes.
 
-A real SIGINT to the process group of a real build (the miniature's CMake/nvcc build, in a cache of its own), as a
-terminal sends it; and programs that really die of SIGINT, or say ninja's "interrupted by user", when the Ctrl-C
+A real SIGINT to the process group of a real build (the miniature's CMake/nvcc build, forced, in a copy of the
+session's cache), as a terminal sends it; and programs that really die of SIGINT, or say ninja's "interrupted by user", when the Ctrl-C
 reached only them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +22,8 @@ import pytest
 
 from build_kernel.errors import Interrupted
 from build_kernel.stages.builder import runner
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, DemoBuild
+from tests.test_build import BUILD_CACHE
 
 # A terminal's Ctrl-C goes to the whole foreground group: the CLI, and the build's programs under it.
 SAYS = "error: interrupted during build 12.0a with "
@@ -33,12 +37,22 @@ AS_IN_A_SHELL = [sys.executable, "-c", "import os, signal, sys; signal.signal(si
 
 def _interrupt_when_compiling(cmd: list[str], env: dict[str, str], logs: Path) -> subprocess.CompletedProcess[str]:
     # Its own session: a group of its own, as a terminal's job.
+    before = {log: log.stat().st_size for log in logs.glob("*.log")}  # what earlier builds wrote is not this one's
     proc = subprocess.Popen(AS_IN_A_SHELL + cmd[1:], env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 900
+
+    def compiling() -> bool:
+        for log in logs.glob("*.log"):
+            with log.open("rb") as fh:
+                fh.seek(before.get(log, 0))
+                if b"[1/" in fh.read():
+                    return True
+        return False
+
     # Compiling has started when ninja's first progress line is in the build log (a barrier, not a delay).
     while proc.poll() is None and time.monotonic() < deadline:
-        if any("[1/" in log.read_text(errors="replace") for log in logs.glob("*.log")):
+        if compiling():
             break
         time.sleep(0.1)
     if proc.poll() is None:
@@ -48,20 +62,47 @@ def _interrupt_when_compiling(cmd: list[str], env: dict[str, str], logs: Path) -
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_real_build_says_interrupted_exits_130_and_the_same_command_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_during_a_real_build_says_interrupted_exits_130_and_the_same_command_resumes(demo_build: DemoBuild,
+                                                                                          tmp_path: Path) -> None:
+    """A forced rebuild in a copy of the session's cache (where a plain build is a cache hit), interrupted while it
+    compiles, then the same command again: it recompiles everything, and the session's wheel (with its verify
+    record) and the copy's cached wheel stay as they were. One real build where there were two: this test's own
+    in a fresh cache, and test_build's forced rebuild, whose assertions are the second half here."""
     cache, out = tmp_path / "cache", tmp_path / "wheels"
-    env = {**os.environ, "NO_COLOR": "1", "BUILD_KERNEL_CACHE_DIR": str(cache), "BUILD_KERNEL_OUTPUT_DIR": str(out)}
+    session_wheel = demo_build.wheel.read_bytes()
+    for name in BUILD_CACHE:
+        if (demo_build.cache / name).is_dir():
+            shutil.copytree(demo_build.cache / name, cache / name, symlinks=True)
+        elif (demo_build.cache / name).is_file():
+            shutil.copy2(demo_build.cache / name, cache / name)
+    env = {**os.environ, "NO_COLOR": "1", "BUILD_KERNEL_CACHE_DIR": str(cache),
+           "BUILD_KERNEL_OUTPUT_DIR": str(tmp_path / "hit")}
     cmd = [sys.executable, "-m", "build_kernel", "build", "--recipe", "demo", "--arch", "12.0a"]
+    hit = subprocess.run([*cmd, "--json"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert hit.returncode == 0 and json.loads(hit.stdout)["cached"] is True, hit.stdout + hit.stderr
+    cached = {p: p.read_bytes() for p in (cache / "wheels").rglob("*.whl")}
+    assert list(cached.values()) == [session_wheel]
+    env["BUILD_KERNEL_OUTPUT_DIR"], cmd = str(out), [*cmd, "--force"]
     stopped = _interrupt_when_compiling(cmd, env, cache / "logs")
     assert stopped.returncode == 130, stopped.stdout + stopped.stderr
     assert "Traceback" not in stopped.stderr and "build failed" not in stopped.stderr
     [said] = [line for line in stopped.stderr.splitlines() if line.startswith("error: ")]
     assert said.startswith(SAYS) and said.endswith("; run the same command to resume"), said
-    assert not list(out.glob("*.whl")) and not list((cache / "wheels").rglob("*.whl"))  # nothing half-delivered
+    # Nothing half-delivered: no wheel in the output folder, the cache's wheels as they were.
+    assert not list(out.glob("*.whl"))
+    assert {p: p.read_bytes() for p in (cache / "wheels").rglob("*.whl")} == cached
     again = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
     [wheel] = out.glob("*.whl")
     assert f"{wheel}  (built," in again.stdout
+    # --force recompiled everything (this attempt's part of the log: each run appends to it).
+    [log_path] = (cache / "logs").glob("demo-*.log")
+    log = log_path.read_text().split("# build-kernel ")[-1]
+    for source in ("activation.cu", "nvfp4_quant.cu", "common_extension.cc"):
+        assert re.search(rf"-c \S*/csrc/{re.escape(source)}\b", log), source
+    assert "ninja: no work to do" not in log
+    assert demo_build.wheel.read_bytes() == session_wheel  # the session's wheel untouched
+    assert json.loads(demo_build.wheel.with_name(demo_build.wheel.name + ".verify.json").read_text())["passed"]
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
