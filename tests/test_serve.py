@@ -67,7 +67,7 @@ def serve_env(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -
     out = tmp_path_factory.mktemp("serve-wheels")
     shutil.copy2(demo_build.wheel, out / demo_build.wheel.name)  # the bytes the cache holds now
     # Verified again, not the session's record copied: a test of the group may have rebuilt demo_build.out's
-    # wheel since (test_force_recompiles_everything), and serve refuses a wheel changed since its record.
+    # wheel since (a forced rebuild), and serve refuses a wheel changed since its record.
     verified = run_cli("verify", str(out / demo_build.wheel.name), "--recipe", "demo", "--arch", "12.0a",
                        "--cache-dir", str(demo_build.cache))
     assert verified.returncode == 0, verified.stderr
@@ -420,6 +420,9 @@ def test_a_port_already_in_use_is_refused_before_starting(serve_env: ServeEnv, t
 
 def test_the_pipeline_checks_serve_last_when_the_recipe_has_it(serve_env: ServeEnv, tmp_path: Path) -> None:
     recipe = serve_recipe(serve_env.root, serve_env.model, name="p")
+    # Without [test] (no build input; test_pipeline runs that stage): the miniature's own tests are not this test's.
+    text = recipe.read_text()
+    recipe.write_text(text[:text.index("\n[test]\n")] + text[text.index("\n[serve]\n"):])
     proc = run_cli("--recipe", str(recipe), "--arch", "12.0a", "--json", "--cache-dir", str(serve_env.build.cache),
                    "--output-dir", str(tmp_path / "wheels"), "--offline")
     assert proc.returncode == 0, proc.stderr
@@ -427,6 +430,7 @@ def test_the_pipeline_checks_serve_last_when_the_recipe_has_it(serve_env: ServeE
     # [toolchain] sglang and [serve] are no build inputs: the session's wheel, byte for byte.
     assert stages["build"]["status"] == "cached"
     assert list(stages)[-1] == "serve" and stages["serve"]["status"] == "checked"
+    assert stages["test"]["status"] == "no [test] paths in the recipe"
     assert stages["serve"]["sglang"] == "0.5.9"
 
 
