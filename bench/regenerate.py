@@ -109,6 +109,10 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
     "bench/serving/results/tiny_moe_model.json": ("bench/serving/tiny_moe_report.py", [
         *raw("serving", "local-2c-2026-12-07-moe70c", "training.json"),
         "--fp8-tolerance", *raw("serving", "local-2c-2026-12-07-moe70c", "fp8-tolerance.json")]),
+    # issue 70 on the H100 host: bf16, FP8 through the wheel's cutlass kernels, the piecewise CUDA-graph start.
+    "bench/serving/results/evidence-h100.json": ("bench/serving/evidence_report.py", [
+        *raw("serving", "h100-2026-12-07-evidence", "evidence-raw.tar.gz"),
+        "--first-try", *raw("serving", "h100-2026-12-07-evidence", "try1-evidence-raw.tar.gz")]),
     "bench/serving/results/llama-serve.json": ("bench/serving/llama_serve_report.py", [
         *raw("pruning", "h200-2026-12-02", "s9-raw.tar.gz", "serve9a-raw.tar.gz", "serve9b-raw.tar.gz")]),
     "bench/flash_attn/results/flash-attn.json": ("bench/flash_attn/build_report.py", [
