@@ -20,14 +20,19 @@
 #   5. the piecewise CUDA-graph start with the recipe's fix: the same bf16 weights with a 4,096-token context
 #      (shorter than sglang's largest piecewise capture), --enable-piecewise-cuda-graph, and whatever serve adds
 #      for it (the dry run's `added`: --piecewise-cuda-graph-max-tokens 4096), smoke only.
+#   Optional STEPS, each a start of its own with the same checks, to isolate an FP8 failure (the first H100 run,
+#   raw/h100-2026-12-07-evidence: the cutlass path above gave 0/64): `fp8jit`, the FP8 copy with sglang's defaults
+#   (DeepGEMM's JIT, which passed in earlier runs); `fp8dense`, SGLANG_ENABLE_JIT_DEEPGEMM=0 and
+#   --fp8-gemm-backend cutlass only (the MoE runner left to sglang's default). token_agreement.py runs with
+#   --fail-not-close: a failed logprob-close verdict fails the check, so the start's rc is non-zero.
 # Everything lands in $OUT/evidence-raw.tar.gz, packed again after each step (a cut-off run keeps what it did).
 #
 #   setsid bash bench/serving/evidence_on_gpu_host.sh > /tmp/evidence.log 2>&1 < /dev/null &   # the first call
 #   cp /tmp/evidence-out/evidence-raw.tar.gz /tmp/evidence.log "$OUT"/; cat /tmp/evidence-raw/steps.txt   # later
 #
 # Environment: WHEEL, RECIPE (.device/h9nofa.toml), MOE (.device/moe70: its bf16/ folder), SERVE_PYTHON, STEPS
-# ("bf16 fp8 pcg"), OUT (/tmp/evidence-out), START_TIMEOUT_S (600 per start), ATTENTION (default: fa3 where the
-# wheel's FA3 runs this model's head dim, else flashinfer). Dry run off the GPU host (no sglang: the recipes, the
+# ("bf16 fp8 pcg"; also fp8jit, fp8dense), OUT (/tmp/evidence-out), START_TIMEOUT_S (600 per start), ATTENTION
+# (default: fa3 where the wheel's FA3 runs this model's head dim, else flashinfer). Dry run off the GPU host (no sglang: the recipes, the
 # FP8 copy and each start's command, and serve's own dry run, whose flag check needs sglang and says so):
 # PATH=$PWD/.venv/bin:$PATH DRY=1 WHEEL=any.whl SERVE_PYTHON=$PWD/.venv/bin/python OUT=/tmp/x RAW=/tmp/y \
 #   bash bench/serving/evidence_on_gpu_host.sh      (tiny_moe.py's --fp8-from needs torch and safetensors there)
@@ -129,7 +134,7 @@ start() {  # $1: name, $2: model, $3: args, $4: env lines, $5: token_agreement's
   python3 -m build_kernel --json serve "$WHEEL" --recipe "$R/recipes/$1.toml" > "$d/dry-run.json" 2> "$d/dry-run.err"
   local checks=()
   if [ "$6" = 1 ]; then
-    checks=(--check "$(command -v python3) $REPO/bench/serving/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32 --top-k 5 --device cuda --dtype bfloat16 --out $d/agreement.json $5"
+    checks=(--check "$(command -v python3) $REPO/bench/serving/token_agreement.py --model $BF16 --url {url} --prompts 64 --max-new-tokens 32 --top-k 5 --device cuda --dtype bfloat16 --fail-not-close --out $d/agreement.json $5"
             --check "$(command -v python3) $REPO/bench/serving/sampled_requests.py --url {url} --requests 8")
   fi
   if [ "$DRY" = 1 ]; then printf '%q ' python3 -m build_kernel --json serve "$WHEEL" --recipe "$R/recipes/$1.toml" --launch --smoke-only "${checks[@]}" > "$d/command.txt"; step "$1 dry run: $(cat "$d/dry-run.err" | tail -1 | cut -c1-200)"; return 0; fi
@@ -148,11 +153,19 @@ for s in $STEPS; do
     bf16) start bf16 "$BF16" "" "" "" 1 ;;
     fp8)
       ROUTE='SGLANG_ENABLE_JIT_DEEPGEMM = "0"'
-      if ! start fp8 "$FP8" ', "--fp8-gemm-backend", "cutlass", "--moe-runner-backend", "cutlass"' "$ROUTE" "--served-fp8 --min-pass $MIN_PASS" 1 && [ "$DRY" != 1 ]; then
+      # Tried again only when the start died, not when it served and a check failed (serve's error then names
+      # "the check": --fail-not-close makes a failed verdict one).
+      if ! start fp8 "$FP8" ', "--fp8-gemm-backend", "cutlass", "--moe-runner-backend", "cutlass"' "$ROUTE" "--served-fp8 --min-pass $MIN_PASS" 1 \
+          && [ "$DRY" != 1 ] && ! grep -q '^error: the check' "$R/fp8/serve.err"; then
         mv "$R/fp8" "$R/fp8-moe-cutlass"
         echo "fp8: the start with --moe-runner-backend cutlass failed ($(grep -m1 '^error' "$R/fp8-moe-cutlass/serve.err" | cut -c1-300)); tried again without it" >> "$R/notes.txt"
         start fp8 "$FP8" ', "--fp8-gemm-backend", "cutlass"' "$ROUTE" "--served-fp8 --min-pass $MIN_PASS" 1
       fi ;;
+    fp8jit)  # the FP8 copy with sglang's defaults: DeepGEMM's JIT for the dense and MoE FP8 GEMMs
+      start fp8jit "$FP8" "" "" "--served-fp8 --min-pass $MIN_PASS" 1 ;;
+    fp8dense)  # the dense FP8 linears through the wheel's cutlass kernel only; the MoE runner left to sglang
+      start fp8dense "$FP8" ', "--fp8-gemm-backend", "cutlass"' 'SGLANG_ENABLE_JIT_DEEPGEMM = "0"' \
+        "--served-fp8 --min-pass $MIN_PASS" 1 ;;
     pcg)
       P=/tmp/evidence-ctx4096; rm -rf "$P"; cp -r "$BF16" "$P"
       python3 - "$P/config.json" <<'PY'

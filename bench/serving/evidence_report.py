@@ -173,8 +173,10 @@ def start(files: dict[str, bytes], name: str, libraries: list[str]) -> dict[str,
     recipe = tomllib.loads(text(files, f"recipes/{name}.toml")).get("serve", {})
     entry: dict[str, Any] = {"recipe_args": recipe.get("args"), "env": recipe.get("env"), "argv": serve.get("argv"),
                              "added_by_serve": serve.get("added"), "model": serve.get("model")}
-    if "error" in serve:
+    if "error" in serve:  # a start that died, or served and failed a check (--fail-not-close): its agreement kept
         entry["error"] = {k: serve["error"].get(k) for k in ("kind", "exit_code", "message")}
+        if f"{name}/agreement.json" in files:
+            entry["logprobs_close"] = agreement(json.loads(files[f"{name}/agreement.json"]))
         return entry
     entry.update({
         "seconds_to_healthy": serve["server"]["seconds_to_healthy"],
