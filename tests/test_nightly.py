@@ -171,11 +171,20 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Story:
                                                                  f"-{FIRST}: a miniature\n+{FIRST} (nightly)")})
     s.nights["4"] = s.night("2026-01-08")
     s.nights["index_after_4"] = s.index_wheels()
+    s.nights["report_after_4"] = (s.state / "report.md").read_text()
 
     # What the next night would do, asked without changing the state folder.
     before = {p: p.stat().st_mtime_ns for p in s.state.rglob("*")}
     s.nights["dry"] = run_cli(*s.args("2026-01-09"), "--dry-run", env=s.env)
     s.nights["dry_unchanged"] = before == {p: p.stat().st_mtime_ns for p in s.state.rglob("*")}
+
+    # Night 5: upstream builds again, but its package no longer imports: built, then verify fails.
+    init = "minicppext/__init__.py"
+    s.commits["E"] = commit_files(s.upstream, {"setup.py": files["setup.py"],
+                                               init: 'raise ImportError("minicppext: this commit does not import")\n'
+                                               + files[init]}, "E: builds again, does not import")
+    s.nights["5"] = s.night("2026-01-09")
+    s.nights["index_after_5"] = s.index_wheels()
     return s
 
 
@@ -251,7 +260,7 @@ def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) 
     assert story.nights["index_after_4"] == story.nights["index_after_1"]
     good = json.loads((story.state / "last_good.json").read_text())
     assert good["commit"] == story.commits["A"] and good["wheel"] == story.nights["1"][1]["wheel"]
-    report = (story.state / "report.md").read_text().splitlines()
+    report = story.nights["report_after_4"].splitlines()
     first = story.nights["1"][1]["wheel"]["name"]
     assert report[0] == f"# nightly-demo 2026-01-08: no new wheel, failed (newest stays {first})"
     assert report[2].startswith("**Why:** BuildError: ")
@@ -260,8 +269,21 @@ def test_a_retired_patch_and_a_failed_night_that_replaces_nothing(story: Story) 
     from build_kernel.nightly import record
 
     names = sorted(p.name[:8] for p in (story.state / "nights").glob("*.json"))
-    assert names == ["20260105", "20260106", "20260107", "20260108"]
-    assert [r["outcome"] for r in record.read_all(story.state)] == ["built", "unchanged", "conflict", "failed"]
+    assert names == ["20260105", "20260106", "20260107", "20260108", "20260109"]
+    assert [r["outcome"] for r in record.read_all(story.state)] == ["built", "unchanged", "conflict", "failed",
+                                                                     "failed"]
+
+
+@pytest.mark.slow
+def test_a_night_that_built_and_failed_verify_keeps_its_build_and_replaces_nothing(story: Story) -> None:
+    """The 0.4 nights of the real replay: the wheel built (46 minutes on 2 cores) and verify refused it. The record
+    keeps what the compile cost; the index's newest stays the last good night's."""
+    proc, data = story.nights["5"]
+    assert proc.returncode == 7, proc.stderr[-2000:]  # verify's exit code
+    assert data["outcome"] == "failed" and data["wheel"] is None
+    assert data["reason"].startswith("VerifyError: ") and "the last good wheel stays the newest" in data["reason"]
+    assert data["build"]["archs"] == ["12.0a"] and data["build"]["wall_s"] > 0
+    assert story.nights["index_after_5"] == story.nights["index_after_1"]
 
 
 @pytest.mark.slow

@@ -241,6 +241,8 @@ def _build(plan: Plan, opts: Options, record: dict[str, Any], say: _NightLog) ->
         raise
     except BuildKernelError as exc:
         facts.logs(ctx, record["logs"], since)
+        if ctx.build is not None:  # built, then verify or publish failed: what the compile cost is still the night's
+            record["build"] = facts.build(ctx)
         state.end(opts.state_dir)  # a failed night is over: the next one starts from the last good again
         why = f"{type(exc).__name__}: {exc.render()}; the last good wheel stays the newest"
         say(f"failed: {why}")
