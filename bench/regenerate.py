@@ -132,7 +132,7 @@ FROM_RAW: dict[str, tuple[str, list[str]]] = {
     # The nightly replayed over sgl-kernel 0.3.21 -> 0.4.3 (47 nights' records; bench/nightly/replay_run.sh), the
     # real nights merged (--built); the run before omitted patches were declined (98bccea); the real nights' table.
     "bench/nightly/results/replay.json": ("bench/nightly/replay_table.py",
-                                          ["bench/nightly/raw/local-2c-2026-12-07-built"]),
+                                          ["bench/nightly/raw/local-2c-2026-12-07-built-3-nights"]),
     "bench/nightly/results/replay-before-omitted.json": ("bench/nightly/replay_table.py",
                                                          ["bench/nightly/raw/local-2c-2026-12-07"]),
     "bench/nightly/results/builds.json": ("bench/nightly/builds_table.py",

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from build_kernel.nightly import history_page
 
 # The replay with the real nights merged (--built raw/local-2c-builds-2026-12-07): their logs are paths from the root.
-RAW = ROOT / "bench" / "nightly" / "raw" / "local-2c-2026-12-07-built"
+RAW = ROOT / "bench" / "nightly" / "raw" / "local-2c-2026-12-07-built-3-nights"
 PAGE = ROOT / "bench" / "nightly" / "page"
 
 
