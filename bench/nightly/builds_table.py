@@ -58,6 +58,7 @@ def rows(raw: Path) -> list[dict[str, Any]]:
         build = (rec or {}).get("build") or {}
         wheel = (rec or {}).get("wheel") or {}
         tool = _TOOL.findall(err)
+        logged = _BUILT.findall(err)
         out.append({
             "night": folder.name[:10], "commit": folder.name[11:23], "try": tries[key],
             "compile_cache": ({"hits": int(tool[-1][0]), "misses": int(tool[-1][1]), "uncacheable": int(tool[-1][2])}
@@ -67,8 +68,8 @@ def rows(raw: Path) -> list[dict[str, Any]]:
             "outcome": (rec or {}).get("outcome"), "series": ((rec or {}).get("series") or {}).get("version"),
             "retired": ((rec or {}).get("series") or {}).get("retired"),
             "archs": build.get("archs"),
-            "build_wall_s": build.get("wall_s") or (float(b[-1][1]) if (b := _BUILT.findall(err)) else None),
-            "build_wall_from": "record" if build.get("wall_s") else ("log" if _BUILT.search(err) else None),
+            "build_wall_s": build.get("wall_s") or (float(logged[-1][1]) if logged else None),
+            "build_wall_from": "record" if build.get("wall_s") else ("log" if logged else None),
             "compiler_cpu_s": build.get("compiler_cpu_s"), "peak_rss_mb": build.get("peak_rss_mb"),
             "load_1min": _load((folder / "load.txt").read_text()),
             "ccache": {k: cc[k] - before[k] for k in cc},

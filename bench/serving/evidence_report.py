@@ -27,6 +27,9 @@ from typing import Any
 
 import tomllib
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from moe_serve_report import PIECEWISE_SIZES  # the same capture line the MoE study reads
+
 OUT = Path(__file__).resolve().parent / "results" / "evidence-h100.json"
 # Ops of the wheel that do no model arithmetic (a CUDA-graph helper): listed apart from the count.
 UTILITY = {"sgl_kernel::weak_ref_tensor"}
@@ -104,8 +107,7 @@ def own(origin: str | None, libraries: list[str]) -> bool:
 
 
 def piecewise(log: str) -> dict[str, Any]:
-    sizes = re.search(r"Capture piecewise CUDA graph begin.*?\n.*?Capture cuda graph num tokens \[([0-9, ]+)\]",
-                      log, re.DOTALL)
+    sizes = PIECEWISE_SIZES.search(log)
     max_tokens = re.search(r"piecewise_cuda_graph_max_tokens=(\d+)", log)
     return {"begin": "Capture piecewise CUDA graph begin" in log, "end": "Capture piecewise CUDA graph end" in log,
             "largest_captured_tokens": int(sizes[1].split(",")[-1]) if sizes else None,

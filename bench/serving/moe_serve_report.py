@@ -92,7 +92,7 @@ def wheel_ops(ops: dict[str, Any]) -> dict[str, Any]:
 
 
 # sglang's log line for the token counts it captures in piecewise CUDA graphs, and the lines of a start that died.
-_PIECEWISE_SIZES = re.compile(r"Capture piecewise CUDA graph begin.*?\n.*?Capture cuda graph num tokens \[([0-9, ]+)\]",
+PIECEWISE_SIZES = re.compile(r"Capture piecewise CUDA graph begin.*?\n.*?Capture cuda graph num tokens \[([0-9, ]+)\]",
                               re.DOTALL)
 _DIED = re.compile(r"CUDA error|CUBLAS_STATUS|Piecewise CUDA Graph failed")
 
@@ -113,7 +113,7 @@ def piecewise_starts(log: str, context_default: int | None) -> list[dict[str, An
             continue
         argv = segment.splitlines()[0][2:].split("  #")[0].split()
         ctx = next((int(argv[j + 1]) for j, a in enumerate(argv[:-1]) if a == "--context-length"), context_default)
-        sizes = _PIECEWISE_SIZES.search(segment)
+        sizes = PIECEWISE_SIZES.search(segment)
         largest = int(sizes.group(1).split(",")[-1]) if sizes else None
         died = next((ln.strip()[:300] for ln in segment.splitlines() if _DIED.search(ln)), None)
         out.append({"argv": argv, "context_length": ctx, "largest_piecewise_tokens": largest,
