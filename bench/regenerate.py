@@ -166,9 +166,9 @@ MEASURED = {
     "bench/scheduler/results/scheduler.json": "make bench-scheduler (root: a memory cgroup)",
     "bench/header_diet/results/object-proof.json": "python bench/header_diet/object_proof.py --pair TU V13_OBJECT V8_OBJECT ...",
     "bench/header_diet/results/object-proof-sm90.json":
-        "python bench/header_diet/object_proof.py with the objects of raw/local-2c-2026-12-07-sm90 (its README, step 3)",
+        "raw/local-2c-2026-12-07-sm90: run.sh compiles the objects (not kept: upstream code), then its README's step 3",
     "bench/header_diet/results/object-proof-sm121.json":
-        "bash bench/header_diet/raw/local-2c-2026-12-07-sm121/prove.sh (the objects of that folder: its README)",
+        "raw/local-2c-2026-12-07-sm121: run.sh compiles the objects (not kept: upstream code), then prove.sh",
     "bench/miniature/results/latest.json": "make bench-build",
     "bench/miniature/results/h200-host-16c.json": "python bench/miniature/side_by_side.py on the GPU host (16 cores)",
     "bench/real_build/results/16-cores-sm120a.json": "the GPU host's build of series v2 (patches/sm120/v2/NOTES.md)",
